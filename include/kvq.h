@@ -1,0 +1,215 @@
+/*
+ * kvq — KV-cache compression for LLM inference.
+ *
+ * kvq compresses attention keys and values to 1..8 bits per value (rotation +
+ * Lloyd-Max scalar codebooks: TurboQuant, QJL, PolarQuant, RVQ, an outlier
+ * two-stream variant and scalar int8/int4 baselines) and computes attention
+ * directly on the compressed codes.
+ *
+ * Conventions
+ *  - Every function that can fail returns an int status: KVQ_OK (0) or a
+ *    negative KVQ_ERR_* code; kvq_strerror() names it. The library never
+ *    prints, exits or aborts. On error, output arguments are left untouched
+ *    unless the function says otherwise.
+ *  - Objects are opaque, created by *_create and released by *_free (free
+ *    accepts NULL). There is no global mutable state: a plan is immutable
+ *    once created and may be shared read-only by any number of threads.
+ *  - Vectors are rows of `dim` values, row-major; a batch of n rows is
+ *    n * dim contiguous values.
+ */
+#ifndef KVQ_H
+#define KVQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVQ_VERSION_MAJOR 0
+#define KVQ_VERSION_MINOR 1
+#define KVQ_VERSION_PATCH 0
+#define KVQ_VERSION_NUMBER (KVQ_VERSION_MAJOR * 10000 + KVQ_VERSION_MINOR * 100 + KVQ_VERSION_PATCH)
+
+/* Runtime version, KVQ_VERSION_NUMBER of the linked library. */
+unsigned kvq_version_number(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors (fixed numeric values)                                             */
+/* ------------------------------------------------------------------------ */
+enum kvq_status {
+    KVQ_OK = 0,
+    KVQ_ERR_NULL = -1,              /* a required pointer is NULL */
+    KVQ_ERR_INVALID_ARG = -2,       /* an argument is out of its domain */
+    KVQ_ERR_UNSUPPORTED_DIM = -3,   /* head dim not supported by the method */
+    KVQ_ERR_BITS_RANGE = -4,        /* bit width out of the method's range */
+    KVQ_ERR_UNKNOWN_METHOD = -5,    /* method spec could not be parsed */
+    KVQ_ERR_NONFINITE = -6,         /* input contains NaN or Inf */
+    KVQ_ERR_RANGE = -7,             /* a value does not fit the stored format */
+    KVQ_ERR_OVERFLOW = -8,          /* a size computation overflows */
+    KVQ_ERR_NOMEM = -9,             /* allocation failed */
+    KVQ_ERR_NO_DECODE = -10,        /* method has no reconstruction (key-only) */
+    KVQ_ERR_NEEDS_CALIBRATION = -11,/* method needs calibration vectors */
+    KVQ_ERR_IO = -12,               /* file could not be opened/read/written */
+    KVQ_ERR_FORMAT = -13,           /* file is not in the expected format */
+    KVQ_ERR_TRUNCATED = -14,        /* file or buffer is shorter than declared */
+    KVQ_ERR_UNSUPPORTED = -15,      /* valid request this build cannot serve */
+    KVQ_ERR_STATE = -16,            /* call not valid in the object's state */
+    KVQ_ERR_CHECKSUM = -17,         /* stored checksum does not match */
+};
+
+/* Human-readable name of a status code (never NULL). */
+const char *kvq_strerror(int status);
+
+/* ------------------------------------------------------------------------ */
+/* Element types of input vectors                                            */
+/* ------------------------------------------------------------------------ */
+typedef enum kvq_dtype { KVQ_DTYPE_F32 = 0, KVQ_DTYPE_F16 = 1, KVQ_DTYPE_BF16 = 2 } kvq_dtype;
+
+/* Size in bytes of one element of dtype, 0 if unknown. */
+size_t kvq_dtype_size(kvq_dtype dtype);
+
+/* IEEE half / bfloat16 conversions (round to nearest even; NaN kept). */
+uint16_t kvq_f32_to_f16(float x);
+float kvq_f16_to_f32(uint16_t h);
+uint16_t kvq_f32_to_bf16(float x);
+float kvq_bf16_to_f32(uint16_t h);
+
+/* ------------------------------------------------------------------------ */
+/* CPU feature dispatch                                                      */
+/* ------------------------------------------------------------------------ */
+typedef enum kvq_isa {
+    KVQ_ISA_SCALAR = 0, /* portable C reference */
+    KVQ_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    KVQ_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ */
+    KVQ_ISA_BEST = 99,  /* best the running CPU supports */
+} kvq_isa;
+
+/* Best ISA the running CPU supports (checked with cpuid at run time). */
+kvq_isa kvq_cpu_isa(void);
+/* Name of an ISA ("scalar", "avx2", "avx512"). */
+const char *kvq_isa_name(kvq_isa isa);
+
+/* ------------------------------------------------------------------------ */
+/* Codec plans                                                               */
+/* ------------------------------------------------------------------------ */
+/*
+ * A plan is everything precomputed for one (method spec, head dim, seed):
+ * rotation, codebooks, projection matrices, kernel choice. Build it once,
+ * share it read-only.
+ *
+ * Method specs (see docs/METHODS.md):
+ *   f32 f16 bf16 q8 q4
+ *   tq-mse:B   (B = 1..8)       rotation + B-bit Lloyd-Max per coordinate
+ *   tq-prod:B  (B = 2..8)       tq-mse:(B-1) + QJL sign sketch of the residual
+ *   qjl                         QJL sign sketch of the key (key-only)
+ *   polar      polar:B          PolarQuant, 4 levels
+ *   rvq:B      (B = 1..4)       two-stage residual scalar codebooks (2B bits)
+ * Options appended with '+':
+ *   +m=M          QJL projection size (default M = dim)
+ *   +outliers=K   two-stream: K highest-variance channels as int8
+ *   +norot        no rotation (ablation)
+ *   +scale=norm   store the vector norm instead of the least-squares scale
+ *   +scale32      store scales/norms as f32 instead of f16
+ *   +cb=gauss     Gaussian codebook instead of the exact sphere density
+ */
+typedef struct kvq_plan kvq_plan;
+
+/* Supported head dims: 32 <= dim <= 512, dim % 8 == 0. */
+#define KVQ_DIM_MIN 32
+#define KVQ_DIM_MAX 512
+
+/*
+ * Creates a plan. calib (n_calib rows of dim floats, may be NULL) is used only
+ * by methods that learn from data (+outliers: channels of highest variance);
+ * such a method with no calibration rows returns KVQ_ERR_NEEDS_CALIBRATION.
+ */
+int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed,
+                    const float *calib, size_t n_calib);
+void kvq_plan_free(kvq_plan *plan);
+
+/* 1 if the method needs calibration rows (kvq_plan_create's calib). */
+int kvq_spec_needs_calibration(const char *spec, int *needs);
+
+/* Canonical spec string of the plan ("tq-mse:4"). */
+const char *kvq_plan_spec(const kvq_plan *plan);
+int kvq_plan_dim(const kvq_plan *plan);
+/* Every byte stored for one vector (codes, scales, norms). */
+size_t kvq_plan_code_bytes(const kvq_plan *plan);
+/* code_bytes * 8 / dim. */
+double kvq_plan_bits_per_value(const kvq_plan *plan);
+/* 1 if kvq_decode reconstructs vectors, 0 for key-only methods. */
+int kvq_plan_can_decode(const kvq_plan *plan);
+/* Number of floats of a prepared query (kvq_query_prepare). */
+size_t kvq_plan_query_floats(const kvq_plan *plan);
+/* Kernel ISA the plan dispatches to. */
+kvq_isa kvq_plan_isa(const kvq_plan *plan);
+/*
+ * Copy of plan using kernels of another ISA (KVQ_ISA_SCALAR for the reference,
+ * used by tests). Fails with KVQ_ERR_UNSUPPORTED if the CPU lacks it.
+ */
+int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
+
+/* ------------------------------------------------------------------------ */
+/* Batched codec                                                             */
+/* ------------------------------------------------------------------------ */
+/*
+ * Encodes n rows (n * dim values of dtype) into n * code_bytes bytes.
+ * Returns KVQ_ERR_NONFINITE if any value is NaN/Inf, KVQ_ERR_RANGE if a scale
+ * does not fit its stored format; on error `codes` may be partly written but
+ * the input is never modified.
+ */
+int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes);
+
+/* Decodes n codes into n * dim floats. KVQ_ERR_NO_DECODE for key-only methods. */
+int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float *out);
+
+/*
+ * Prepares a query for scoring: writes kvq_plan_query_floats(plan) floats
+ * (the rotated query, and its QJL projection for sketch-based methods).
+ */
+int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep);
+
+/*
+ * Inner products <q, k_i> estimated from codes, for nq prepared queries
+ * (qprep rows of kvq_plan_query_floats floats) against n codes:
+ * scores[j * n + i] = est <q_j, k_i>. The codes are never decoded to a buffer.
+ */
+int kvq_score(const kvq_plan *plan, const float *qprep, size_t nq, const void *codes, size_t n,
+              float *scores);
+
+/*
+ * acc[j * dim + c] += sum_i p[j * n + i] * v_i[c] in the plan's rotated
+ * domain, for nq weight rows. Call kvq_unrotate once on each finished row.
+ */
+int kvq_accumulate(const kvq_plan *plan, const float *p, size_t nq, const void *codes, size_t n,
+                   float *acc);
+
+/* Maps a row of the rotated domain back: out = R^T * acc (in place allowed). */
+int kvq_unrotate(const kvq_plan *plan, const float *acc, float *out);
+
+/* ------------------------------------------------------------------------ */
+/* Vector files (raw K/V dumps for codec-bench / attn-bench), docs/FORMAT.md */
+/* ------------------------------------------------------------------------ */
+typedef struct kvq_vecfile_info {
+    uint32_t dim;      /* values per vector */
+    uint64_t count;    /* number of vectors */
+    kvq_dtype dtype;   /* element type on disk */
+    uint32_t layers;   /* metadata: model layers (0 if unknown) */
+    uint32_t heads;    /* metadata: KV heads per layer (0 if unknown) */
+    uint32_t kind;     /* 0 = unspecified, 1 = keys, 2 = values */
+} kvq_vecfile_info;
+
+/*
+ * Reads a whole vector file: *out receives count*dim floats (malloc'd; free
+ * with free()). Damaged or truncated files give KVQ_ERR_FORMAT/TRUNCATED.
+ */
+int kvq_vecfile_read(const char *path, kvq_vecfile_info *info, float **out);
+/* Writes count vectors of dim floats (stored as info->dtype). */
+int kvq_vecfile_write(const char *path, const kvq_vecfile_info *info, const float *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVQ_H */
