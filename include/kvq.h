@@ -92,6 +92,24 @@ kvq_isa kvq_cpu_isa(void);
 const char *kvq_isa_name(kvq_isa isa);
 
 /* ------------------------------------------------------------------------ */
+/* Thread pool (create once, reuse for every call that takes one)            */
+/* ------------------------------------------------------------------------ */
+typedef struct kvq_pool kvq_pool;
+/* Task callback: task in [0, ntasks), thread in [0, kvq_pool_size). */
+typedef void (*kvq_task_fn)(void *arg, int task, int thread);
+/* Creates a pool of nthreads threads in all (the caller counts as one). */
+int kvq_pool_create(kvq_pool **out, int nthreads);
+void kvq_pool_free(kvq_pool *pool);
+/* Number of threads (1 for a NULL pool). */
+int kvq_pool_size(const kvq_pool *pool);
+/*
+ * Runs fn for every task in [0, ntasks) on the pool's threads, the caller
+ * included, and returns when all are done. A NULL pool runs them inline.
+ * One region at a time per pool: the pool is not re-entrant.
+ */
+int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
+
+/* ------------------------------------------------------------------------ */
 /* Codec plans                                                               */
 /* ------------------------------------------------------------------------ */
 /*
@@ -188,6 +206,65 @@ int kvq_accumulate(const kvq_plan *plan, const float *p, size_t nq, const void *
 
 /* Maps a row of the rotated domain back: out = R^T * acc (in place allowed). */
 int kvq_unrotate(const kvq_plan *plan, const float *acc, float *out);
+
+/* ------------------------------------------------------------------------ */
+/* Compressed KV cache with fused attention (src/cache/)                     */
+/* ------------------------------------------------------------------------ */
+/*
+ * One cache per model: per layer, all KV heads in one paged structure. Keys
+ * are appended after RoPE. Positions are absolute token indices; all layers
+ * hold the same number of tokens once a step has been appended everywhere.
+ */
+typedef struct kvq_cache kvq_cache;
+
+typedef struct kvq_cache_config {
+    int n_layers;              /* > 0 */
+    int n_kv_heads;            /* > 0 */
+    int head_dim;              /* KVQ_DIM_MIN..KVQ_DIM_MAX, multiple of 8 */
+    const char *k_spec;        /* method for keys, NULL = "f16" */
+    const char *v_spec;        /* method for values, NULL = "f16" (key-only methods refused) */
+    int f16_window;            /* the W most recent tokens stay f16 (0 = none) */
+    const int *f16_layers;     /* layers kept entirely in f16 (may be NULL) */
+    int n_f16_layers;
+    const int *sliding_window; /* per-layer local-attention window, 0 = global (NULL = all global) */
+    int compress_sliding;      /* 0 (default): sliding-window layers stay f16 */
+    int outlier_calib_tokens;  /* tokens seen before +outliers channels are chosen (0 = 128) */
+    uint64_t seed;             /* seed of rotations/projections (per layer and head derived from it) */
+} kvq_cache_config;
+
+/* Creates an empty cache. Spec errors are reported as by kvq_plan_create. */
+int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg);
+void kvq_cache_free(kvq_cache *cache);
+
+/*
+ * Appends ntok tokens to one layer: k and v are ntok x n_kv_heads x head_dim
+ * floats (token-major). O(1) amortised per token (paged storage).
+ */
+int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v, size_t ntok);
+
+/*
+ * Attention for nq consecutive query tokens at absolute positions
+ * pos0 .. pos0+nq-1 of one layer, causal (token t sees positions <= pos0+t,
+ * and only the last `window` positions on sliding-window layers):
+ * q and out are nq x n_q_heads x head_dim floats; n_q_heads is a multiple of
+ * n_kv_heads (grouped-query attention). scale multiplies q.k (usually
+ * 1/sqrt(head_dim)). The positions must already be in the cache. pool may
+ * be NULL (single thread). Scores are computed from the codes; the cache is
+ * never decoded into a full temporary buffer.
+ */
+int kvq_cache_attend(kvq_cache *cache, int layer, const float *q, size_t nq, int n_q_heads, size_t pos0,
+                     float scale, float *out, kvq_pool *pool);
+
+/* Number of tokens held by a layer (positions 0..len-1 are addressable). */
+size_t kvq_cache_len(const kvq_cache *cache, int layer);
+/* Drops every position >= pos in all layers (rewinding a conversation). */
+int kvq_cache_truncate(kvq_cache *cache, size_t pos);
+/* Drops everything (keeps the configuration). */
+void kvq_cache_clear(kvq_cache *cache);
+/* Exact bytes held for K/V data: codes, scales, f16 windows, ring buffers. */
+size_t kvq_cache_memory_bytes(const kvq_cache *cache);
+/* Bytes one token costs across all layers once it is compressed (K+V). */
+size_t kvq_cache_bytes_per_token(const kvq_cache *cache);
 
 /* ------------------------------------------------------------------------ */
 /* Vector files (raw K/V dumps for codec-bench / attn-bench), docs/FORMAT.md */

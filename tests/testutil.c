@@ -1,0 +1,33 @@
+#include "testutil.h"
+
+#include <math.h>
+
+int tu_failures = 0;
+int tu_checks = 0;
+
+int tu_finish(const char *name) {
+    printf("%s: %d checks, %d passed, %d failed\n", name, tu_checks, tu_checks - tu_failures, tu_failures);
+    return tu_failures ? 1 : 0;
+}
+
+uint64_t tu_next(tu_rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double tu_uniform(tu_rng *r) { return (double)(tu_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+double tu_gauss(tu_rng *r) {
+    double u1 = tu_uniform(r), u2 = tu_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double tu_laplace(tu_rng *r) {
+    /* inverse CDF of Laplace(0, b), b = 1/sqrt(2) for unit variance */
+    double u = tu_uniform(r) - 0.5;
+    double mag = -log(1.0 - 2.0 * fabs(u) + 1e-300) / sqrt(2.0);
+    return u < 0 ? -mag : mag;
+}

@@ -1,0 +1,41 @@
+/* kvq command-line tool: dispatches to one subcommand per file in tools/. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kvq.h"
+#include "tools.h"
+
+typedef struct {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *help;
+} subcommand;
+
+/* One row per subcommand. */
+static const subcommand SUBCOMMANDS[] = {
+    {"codec-bench", cmd_codec_bench, "measure every codec method on Gaussian, Laplacian or dumped K/V vectors"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "kvq %u.%u.%u — KV-cache compression\n\nusage: kvq <command> [options]\n\ncommands:\n",
+            KVQ_VERSION_MAJOR, KVQ_VERSION_MINOR, KVQ_VERSION_PATCH);
+    for (size_t i = 0; i < sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0]; i++)
+        fprintf(f, "  %-14s %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].help);
+    fprintf(f, "\n'kvq <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("kvq %u.%u.%u\n", KVQ_VERSION_MAJOR, KVQ_VERSION_MINOR, KVQ_VERSION_PATCH);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0]; i++)
+        if (!strcmp(argv[1], SUBCOMMANDS[i].name)) return SUBCOMMANDS[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "kvq: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
