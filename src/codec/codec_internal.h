@@ -1,0 +1,168 @@
+/*
+ * Internal codec structures: the plan, the method table, shared helpers.
+ * A method is one file (m_*.c) exporting one `kvq_method` row; registry.c
+ * lists the rows. Everything a method precomputes lives in the plan, which is
+ * immutable after creation and shared read-only by threads.
+ */
+#ifndef KVQ_CODEC_INTERNAL_H
+#define KVQ_CODEC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvq.h"
+
+#define KVQ_MAX_LEVELS 256
+
+/* ---- rotation (rotation.c) --------------------------------------------- */
+typedef enum { ROT_NONE = 0, ROT_HADAMARD = 1, ROT_DENSE = 2 } rot_kind;
+
+typedef struct kvq_rotation {
+    rot_kind kind;
+    int d;
+    float *signs; /* d, +-1 (Hadamard) */
+    float *mat;   /* d x d row-major orthogonal Q (dense): y = Q x */
+    kvq_isa isa;
+} kvq_rotation;
+
+/* Seeded rotation for dim d: Hadamard if d is a power of two, else Haar. */
+int rot_init(kvq_rotation *r, int d, uint64_t seed, int enabled, kvq_isa isa);
+void rot_free(kvq_rotation *r);
+/* y = R x (y may equal x). */
+void rot_apply(const kvq_rotation *r, const float *x, float *y);
+/* x = R^T y (x may equal y). */
+void rot_apply_inv(const kvq_rotation *r, const float *y, float *x);
+/* In-place unnormalised fast Walsh-Hadamard transform, n a power of two. */
+void fwht_ref(float *x, int n);
+void fwht_avx2(float *x, int n);
+void fwht_avx512(float *x, int n);
+
+/* ---- Lloyd-Max codebooks (lloyd_max.c) ---------------------------------- */
+typedef enum { DENS_GAUSS = 0, DENS_LAPLACE = 1, DENS_SPHERE = 2 } kvq_density;
+
+typedef struct kvq_codebook {
+    int bits, n;                       /* n = 2^bits levels */
+    float c[KVQ_MAX_LEVELS];           /* centroids, ascending */
+    float t[KVQ_MAX_LEVELS];           /* t[i] = boundary between c[i] and c[i+1], i < n-1; t[n-1] = +inf */
+    double mse;                        /* E[(X - Q(X))^2] under the density */
+} kvq_codebook;
+
+/* Solves Lloyd-Max for 2^bits levels of the density (d used by DENS_SPHERE:
+ * density of sqrt(d) * (a coordinate of a uniform point on S^{d-1})). */
+int lloyd_max_solve(kvq_codebook *cb, kvq_density dens, int bits, int d);
+/* Index of the nearest centroid: number of boundaries below x, branch-free. */
+static inline int cb_quantize(const kvq_codebook *cb, float x) {
+    int idx = 0;
+    for (int step = cb->n >> 1; step > 0; step >>= 1) idx += (x > cb->t[idx + step - 1]) ? step : 0;
+    return idx;
+}
+
+/* ---- bit packing (bitpack.c) -------------------------------------------- */
+/* LSB-first contiguous bitstream of n fields of b bits (1 <= b <= 8). */
+void bits_pack(const uint8_t *idx, size_t n, int b, uint8_t *out);
+void bits_unpack(const uint8_t *in, size_t n, int b, uint8_t *idx);
+size_t bits_bytes(size_t n, int b);
+/*
+ * "Strided" layout used by the rotated methods (d % 8 == 0): the b bits of an
+ * index are split into sub-fields of 4, 2 and 1 bits (low bits first: b=3 is
+ * 2+1, b=5 is 4+1, b=6 is 4+2, b=7 is 4+2+1, b=8 is 4+4). A w-bit sub-field
+ * occupies d*w/8 bytes in which byte j holds, in its bit field k (bits
+ * k*w..k*w+w-1), the index of coordinate j + k*(d*w/8). A 16-byte load thus
+ * yields 16 consecutive coordinates per field with one shift and mask.
+ */
+void strided_pack(const uint8_t *idx, int d, int b, uint8_t *out);
+void strided_unpack(const uint8_t *in, int d, int b, uint8_t *idx);
+
+/* ---- the plan ------------------------------------------------------------ */
+typedef struct kvq_plan kvq_plan;
+typedef struct kvq_method kvq_method;
+
+/* Kernels of one plan (chosen per ISA at creation). Codes are records of
+ * code_bytes; queries are prepared rows of qfloats; accumulators are rows of
+ * d floats in the rotated domain. */
+typedef int (*enc_fn)(const kvq_plan *p, const float *x, uint8_t *code);
+typedef void (*dec_fn)(const kvq_plan *p, const uint8_t *code, float *y_rot);
+typedef void (*prep_fn)(const kvq_plan *p, const float *q, float *qp);
+typedef void (*score_fn)(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                         float *scores);
+typedef void (*accum_fn)(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                         float *acc);
+
+typedef struct kvq_plan_opts {
+    int bits;       /* -1: method default */
+    int m;          /* QJL rows, 0 = d */
+    int outliers;   /* K, 0 = none */
+    int norot;
+    int scale_norm; /* 1: store the norm, 0: least-squares scale */
+    int scale32;    /* f32 scales */
+    int cb_gauss;   /* Gaussian codebook instead of sphere */
+} kvq_plan_opts;
+
+struct kvq_plan {
+    const kvq_method *m;
+    char spec[80];
+    int d;
+    uint64_t seed;
+    kvq_plan_opts o;
+    int bits;          /* resolved bit width */
+    kvq_isa isa;
+    size_t code_bytes; /* per vector, everything included */
+    size_t qfloats;    /* floats of a prepared query */
+    int can_decode;
+    int rotated;       /* accumulators live in rot's domain */
+    kvq_rotation rot;
+    kvq_codebook cb;   /* main codebook */
+    kvq_codebook cb2;  /* second codebook (rvq stage 2, polar levels...) */
+    float *S;          /* QJL projection, qjl_m x d row-major, N(0,1) */
+    int qjl_m;
+    void *priv;        /* method-private tables */
+    kvq_plan *inner;   /* +outliers: plan for the non-outlier channels */
+    int *ch_out;       /* +outliers: K outlier channels, ascending */
+    int *ch_in;        /* +outliers: d - K other channels, ascending */
+    enc_fn encode;
+    dec_fn decode;     /* NULL for key-only methods */
+    prep_fn prep;
+    score_fn score;
+    accum_fn accum;    /* NULL for key-only methods */
+};
+
+struct kvq_method {
+    const char *name;
+    int min_bits, max_bits, default_bits; /* 0,0,0: no bits argument */
+    int (*init)(kvq_plan *p);             /* sets code_bytes, qfloats, kernels, tables */
+    void (*fini)(kvq_plan *p);            /* frees priv (may be NULL) */
+};
+
+extern const kvq_method *const kvq_methods[];
+extern const size_t kvq_n_methods;
+const kvq_method *kvq_method_find(const char *name);
+
+/* ---- helpers shared by methods (plan.c) --------------------------------- */
+/* Stores a positive scale in 2 bytes (f16) or 4 (f32) at dst; KVQ_ERR_RANGE
+ * if it does not fit f16. */
+int scale_store(const kvq_plan *p, uint8_t *dst, float s);
+static inline size_t scale_bytes(const kvq_plan *p) { return p->o.scale32 ? 4 : 2; }
+float scale_load(const kvq_plan *p, const uint8_t *src);
+
+/* Generic kernels built on decode: score/accumulate by decoding one record at
+ * a time into a d-float stack buffer (the reference for every method). */
+void generic_prep_rot(const kvq_plan *p, const float *q, float *qp);
+void generic_score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
+void generic_accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+
+/* Seeded Gaussian stream (deterministic across platforms). */
+typedef struct { uint64_t s; int have; double spare; } kvq_rng;
+void rng_seed(kvq_rng *r, uint64_t seed);
+uint64_t rng_u64(kvq_rng *r);
+double rng_gauss(kvq_rng *r);
+/* Derives an independent seed for a purpose tag. */
+uint64_t seed_mix(uint64_t seed, uint64_t tag);
+
+/* QJL sketch (qjl_sketch.c): m sign bits of S*r packed LSB-first. */
+void qjl_project(const kvq_plan *p, const float *x, float *out); /* out = S x (m floats) */
+void qjl_signs(const kvq_plan *p, const float *r, uint8_t *bits);
+/* sum_j sign_j * sq_j for m packed signs */
+float qjl_signed_sum(const uint8_t *bits, const float *sq, int m);
+int qjl_init_matrix(kvq_plan *p);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * Lloyd-Max scalar quantizers (Lloyd 1957/1982, Max 1960) for three densities:
+ *   DENS_GAUSS   standard normal;
+ *   DENS_LAPLACE Laplacian of unit variance (scale 1/sqrt(2));
+ *   DENS_SPHERE  X = sqrt(d) * t where t is one coordinate of a uniform point
+ *                on S^{d-1}: f(t) ∝ (1 - t^2)^((d-3)/2) on [-1, 1].
+ * Iteration: t_i = (c_i + c_{i+1}) / 2, c_i = E[X | t_{i-1} < X <= t_i], until
+ * no centroid moves by more than 1e-10. Gaussian and Laplacian conditional
+ * means are closed-form; the sphere density is integrated on a fine grid
+ * (cumulative mass and first moment, linear interpolation inside a cell).
+ * All densities are symmetric, so the solve keeps the codebook symmetric.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec_internal.h"
+
+#define SPHERE_GRID 32768 /* cells on [0, 1] for t (symmetric half) */
+
+typedef struct {
+    kvq_density dens;
+    int d;
+    /* sphere tables over x in [0, xmax]: cumulative mass and first moment */
+    double xmax, h;
+    double *mass, *mom; /* SPHERE_GRID + 1 entries */
+} density_ctx;
+
+/* Mass and first moment of the density on [0, x] (x >= 0, symmetric half). */
+static void half_moments(const density_ctx *c, double x, double *m, double *f) {
+    switch (c->dens) {
+    case DENS_GAUSS:
+        *m = 0.5 * erf(x / sqrt(2.0));
+        *f = (1.0 - exp(-0.5 * x * x)) / sqrt(2.0 * M_PI);
+        return;
+    case DENS_LAPLACE: {
+        const double beta = 1.0 / sqrt(2.0); /* unit variance */
+        double e = exp(-x / beta);
+        *m = 0.5 * (1.0 - e);
+        *f = 0.5 * (beta - (x + beta) * e);
+        return;
+    }
+    case DENS_SPHERE: {
+        if (x >= c->xmax) { *m = c->mass[SPHERE_GRID]; *f = c->mom[SPHERE_GRID]; return; }
+        double pos = x / c->h;
+        int i = (int)pos;
+        if (i >= SPHERE_GRID) i = SPHERE_GRID - 1;
+        double fr = pos - i;
+        *m = c->mass[i] + fr * (c->mass[i + 1] - c->mass[i]);
+        *f = c->mom[i] + fr * (c->mom[i + 1] - c->mom[i]);
+        return;
+    }
+    }
+    *m = *f = 0;
+}
+
+/* Signed mass and first moment on [0, x] for any x (odd extension). */
+static void moments(const density_ctx *c, double x, double *m, double *f) {
+    if (x >= 0) { half_moments(c, x, m, f); return; }
+    half_moments(c, -x, m, f);
+    *m = -*m; /* M(x) = ∫_0^x f is odd; F(x) = ∫_0^x u f(u) du is even */
+}
+
+/* E[X | a < X <= b] and the mass of (a, b]. */
+static double cond_mean(const density_ctx *c, double a, double b, double *mass_out) {
+    double ma, fa, mb, fb;
+    moments(c, a, &ma, &fa);
+    moments(c, b, &mb, &fb);
+    /* moments() returns F(x) = ∫_0^x u f(u) du for both signs (even integrand
+     * gives F(-x) = F(x)), and M(x) = ∫_0^x f (odd). */
+    double mass = mb - ma, mom = fb - fa;
+    *mass_out = mass;
+    if (mass <= 1e-300) return 0.5 * (a + b);
+    return mom / mass;
+}
+
+static int sphere_tables(density_ctx *c) {
+    /* t in [0,1], x = sqrt(d) t; f_X(x) ∝ (1 - x^2/d)^((d-3)/2). Integrate
+     * with Simpson on each cell (midpoint evaluation), normalise to 1/2. */
+    double sd = sqrt((double)c->d), k = 0.5 * (c->d - 3);
+    c->xmax = sd;
+    c->h = sd / SPHERE_GRID;
+    c->mass = malloc((SPHERE_GRID + 1) * sizeof(double));
+    c->mom = malloc((SPHERE_GRID + 1) * sizeof(double));
+    if (!c->mass || !c->mom) return KVQ_ERR_NOMEM;
+    c->mass[0] = c->mom[0] = 0;
+    for (int i = 0; i < SPHERE_GRID; i++) {
+        double x0 = i * c->h, x1 = x0 + c->h, xm = 0.5 * (x0 + x1);
+        double f0 = pow(fmax(0.0, 1 - x0 * x0 / c->d), k), f1 = pow(fmax(0.0, 1 - x1 * x1 / c->d), k);
+        double fm = pow(fmax(0.0, 1 - xm * xm / c->d), k);
+        c->mass[i + 1] = c->mass[i] + c->h / 6 * (f0 + 4 * fm + f1);
+        c->mom[i + 1] = c->mom[i] + c->h / 6 * (x0 * f0 + 4 * xm * fm + x1 * f1);
+    }
+    double z = 0.5 / c->mass[SPHERE_GRID];
+    for (int i = 0; i <= SPHERE_GRID; i++) { c->mass[i] *= z; c->mom[i] *= z; }
+    return KVQ_OK;
+}
+
+/* E[X^2 1{a<X<=b}] needed for the MSE: closed form or grid. */
+static double second_moment(const density_ctx *c, double a, double b);
+
+int lloyd_max_solve(kvq_codebook *cb, kvq_density dens, int bits, int d) {
+    if (bits < 1 || bits > 8) return KVQ_ERR_BITS_RANGE;
+    if (dens == DENS_SPHERE && d < 4) return KVQ_ERR_UNSUPPORTED_DIM;
+    density_ctx c;
+    memset(&c, 0, sizeof c);
+    c.dens = dens;
+    c.d = d;
+    if (dens == DENS_SPHERE) {
+        int rc = sphere_tables(&c);
+        if (rc) { free(c.mass); free(c.mom); return rc; }
+    }
+    int n = 1 << bits, half = n / 2;
+    double cc[KVQ_MAX_LEVELS]; /* positive half: cc[0..half-1] ascending */
+    /* start from equal-mass cells of the Gaussian-ish spread */
+    for (int i = 0; i < half; i++) cc[i] = 3.0 * (i + 0.5) / half;
+    double hi = dens == DENS_SPHERE ? c.xmax : INFINITY;
+    for (int it = 0; it < 100000; it++) {
+        double delta = 0;
+        for (int i = 0; i < half; i++) {
+            double a = i == 0 ? 0.0 : 0.5 * (cc[i - 1] + cc[i]);
+            double b = i == half - 1 ? hi : 0.5 * (cc[i] + cc[i + 1]);
+            double mass;
+            double nc = cond_mean(&c, a, b, &mass);
+            delta = fmax(delta, fabs(nc - cc[i]));
+            cc[i] = nc;
+        }
+        if (delta < 1e-10) break;
+    }
+    cb->bits = bits;
+    cb->n = n;
+    double mse = 0;
+    for (int i = 0; i < half; i++) {
+        cb->c[half + i] = (float)cc[i];
+        cb->c[half - 1 - i] = (float)-cc[i];
+        double a = i == 0 ? 0.0 : 0.5 * (cc[i - 1] + cc[i]);
+        double b = i == half - 1 ? hi : 0.5 * (cc[i] + cc[i + 1]);
+        double m0, mean = cond_mean(&c, a, b, &m0);
+        /* E[(X-c)^2; cell] = E[X^2; cell] - 2c E[X; cell] + c^2 P(cell) */
+        mse += 2 * (second_moment(&c, a, b) - 2 * cc[i] * mean * m0 + cc[i] * cc[i] * m0);
+    }
+    cb->mse = mse;
+    for (int i = 0; i < n - 1; i++) cb->t[i] = 0.5f * (cb->c[i] + cb->c[i + 1]);
+    cb->t[n - 1] = INFINITY;
+    for (int i = n; i < KVQ_MAX_LEVELS; i++) { cb->c[i] = 0; cb->t[i] = INFINITY; }
+    free(c.mass);
+    free(c.mom);
+    return KVQ_OK;
+}
+
+static double second_moment(const density_ctx *c, double a, double b) {
+    /* a >= 0 here (positive half) */
+    switch (c->dens) {
+    case DENS_GAUSS: {
+        /* ∫ x^2 φ = Φ(x) - x φ(x) */
+        double pa = isinf(a) ? 0 : a * exp(-0.5 * a * a) / sqrt(2 * M_PI);
+        double pb = isinf(b) ? 0 : b * exp(-0.5 * b * b) / sqrt(2 * M_PI);
+        return 0.5 * (erf(b / sqrt(2.0)) - erf(a / sqrt(2.0))) - (pb - pa);
+    }
+    case DENS_LAPLACE: {
+        const double beta = 1.0 / sqrt(2.0);
+        /* ∫_0^x u^2 e^{-u/β}/(2β) du = β^2 - e^{-x/β}(x^2 + 2βx + 2β^2)/2 */
+        double ga = isinf(a) ? 0 : exp(-a / beta) * (a * a + 2 * beta * a + 2 * beta * beta) / 2;
+        double gb = isinf(b) ? 0 : exp(-b / beta) * (b * b + 2 * beta * b + 2 * beta * beta) / 2;
+        return ga - gb;
+    }
+    case DENS_SPHERE: {
+        /* Simpson on a sub-grid of the cell */
+        double hi = fmin(b, c->xmax);
+        if (hi <= a) return 0;
+        const int steps = 2000;
+        double h = (hi - a) / steps, s = 0, k = 0.5 * (c->d - 3);
+        for (int i = 0; i <= steps; i++) {
+            double x = a + i * h;
+            double w = (i == 0 || i == steps) ? 1 : (i & 1 ? 4 : 2);
+            s += w * x * x * pow(fmax(0.0, 1 - x * x / c->d), k);
+        }
+        s *= h / 3;
+        /* normalise with the same constant as the tables: mass(xmax) = 1/2 */
+        double raw_half = 0;
+        {
+            const int st = 4000;
+            double hh = c->xmax / st;
+            for (int i = 0; i <= st; i++) {
+                double x = i * hh;
+                double w = (i == 0 || i == st) ? 1 : (i & 1 ? 4 : 2);
+                raw_half += w * pow(fmax(0.0, 1 - x * x / c->d), k);
+            }
+            raw_half *= hh / 3;
+        }
+        return s * 0.5 / raw_half;
+    }
+    }
+    return 0;
+}

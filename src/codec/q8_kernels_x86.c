@@ -1,0 +1,118 @@
+/* AVX-512 / AVX2 kernels of q8 (int8 + f16 scale per 32 values). */
+#include <string.h>
+
+#include "codec_internal.h"
+#include "simd_util.h"
+
+#if KVQ_X86
+static inline float blk_scale(const uint8_t *rec, int b) {
+    uint16_t h;
+    memcpy(&h, rec + 2 * b, 2);
+    return kvq_f16_to_f32(h);
+}
+
+/* 8 dequantized values at c (AVX2) */
+KVQ_TARGET_AVX2 static inline __m256 q8_vals8(const uint8_t *rec, int nb, int c) {
+    const int8_t *q = (const int8_t *)(rec + 2 * nb);
+    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
+    return _mm256_mul_ps(v, _mm256_set1_ps(blk_scale(rec, c / 32)));
+}
+
+KVQ_TARGET_AVX2 static void score_avx2(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                                       float *scores) {
+    const int d = p->d, nb = (d + 31) / 32;
+    const size_t qs = p->qfloats;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qs;
+        const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * p->code_bytes;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 8) {
+                __m256 v = q8_vals8(rec, nb, c);
+                a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q0 + c), a0);
+                a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q1 + c), a1);
+                a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q2 + c), a2);
+                a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q3 + c), a3);
+            }
+            float s[4];
+            _mm_storeu_ps(s, hsum4_256(a0, a1, a2, a3));
+            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];
+        }
+    }
+}
+
+KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                       float *acc) {
+    const int d = p->d, nb = (d + 31) / 32;
+    for (size_t j = 0; j < nq; j++) {
+        const float *wj = w + j * n;
+        float *aj = acc + j * (size_t)d;
+        int c = 0;
+        for (; c + 32 <= d; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(aj + c), a1 = _mm256_loadu_ps(aj + c + 8);
+            __m256 a2 = _mm256_loadu_ps(aj + c + 16), a3 = _mm256_loadu_ps(aj + c + 24);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * p->code_bytes;
+                const int8_t *q = (const int8_t *)(rec + 2 * nb) + c;
+                __m256 ws = _mm256_set1_ps(wj[i] * blk_scale(rec, c / 32));
+                __m256i b8 = _mm256_loadu_si256((const __m256i *)q);
+                __m128i lo = _mm256_castsi256_si128(b8), hi = _mm256_extracti128_si256(b8, 1);
+                a0 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), a0);
+                a1 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), a1);
+                a2 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), a2);
+                a3 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), a3);
+            }
+            _mm256_storeu_ps(aj + c, a0);
+            _mm256_storeu_ps(aj + c + 8, a1);
+            _mm256_storeu_ps(aj + c + 16, a2);
+            _mm256_storeu_ps(aj + c + 24, a3);
+        }
+        for (; c < d; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(aj + c);
+            for (size_t i = 0; i < n; i++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(wj[i]), q8_vals8(codes + i * p->code_bytes, nb, c), a0);
+            _mm256_storeu_ps(aj + c, a0);
+        }
+    }
+}
+
+KVQ_TARGET_AVX512 static inline __m512 q8_vals16(const uint8_t *rec, int nb, int c) {
+    const int8_t *q = (const int8_t *)(rec + 2 * nb);
+    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
+    return _mm512_mul_ps(v, _mm512_set1_ps(blk_scale(rec, c / 32)));
+}
+
+KVQ_TARGET_AVX512 static void score_avx512(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes,
+                                           size_t n, float *scores) {
+    const int d = p->d, nb = (d + 31) / 32;
+    const size_t qs = p->qfloats;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qs;
+        const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * p->code_bytes;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 16) {
+                __m512 v = q8_vals16(rec, nb, c);
+                a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + c), a0);
+                a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q1 + c), a1);
+                a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q2 + c), a2);
+                a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q3 + c), a3);
+            }
+            float s[4];
+            _mm_storeu_ps(s, hsum4_512(a0, a1, a2, a3));
+            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];
+        }
+    }
+}
+
+void q8_kernels_select(kvq_plan *p) {
+    if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) p->score = score_avx512;
+    else if (p->isa >= KVQ_ISA_AVX2) p->score = score_avx2;
+    if (p->isa >= KVQ_ISA_AVX2) p->accum = accum_avx2;
+}
+#else
+void q8_kernels_select(kvq_plan *p) { (void)p; }
+#endif

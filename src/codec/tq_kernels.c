@@ -1,0 +1,96 @@
+/* Scalar references of the codebook-index kernels, and ISA dispatch. */
+#include <math.h>
+#include <string.h>
+
+#include "tq_kernels.h"
+
+void tq_quantize_ref(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale) {
+    double ss = 0;
+    for (int c = 0; c < d; c++) ss += (double)y[c] * y[c];
+    if (ss == 0) {
+        int z = cb_quantize(cb, 0.0f);
+        memset(idx, z, (size_t)d);
+        *scale = 0;
+        return;
+    }
+    double nrm = sqrt(ss);
+    float s = (float)(sqrt((double)d) / nrm);
+    double yc = 0, cc = 0;
+    for (int c = 0; c < d; c++) {
+        int i = cb_quantize(cb, y[c] * s);
+        idx[c] = (uint8_t)i;
+        yc += (double)y[c] * cb->c[i];
+        cc += (double)cb->c[i] * cb->c[i];
+    }
+    *scale = scale_norm || cc == 0 ? (float)(nrm / sqrt((double)d)) : (float)(yc / cc);
+}
+
+void tq_unpack(const tq_layout *L, const uint8_t *rec, uint8_t *idx, kvq_isa isa) {
+    (void)isa;
+    strided_unpack(rec + L->idx_off, L->d, L->b, idx);
+}
+
+void tq_score_ref(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    uint8_t idx[KVQ_DIM_MAX];
+    const float *cent = L->cb->c;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * L->stride;
+        strided_unpack(rec + L->idx_off, L->d, L->b, idx);
+        float g = tq_scale(L, rec);
+        for (size_t j = 0; j < nq; j++) {
+            const float *q = qp + j * qstride;
+            float s = 0;
+            for (int c = 0; c < L->d; c++) s += q[c] * cent[idx[c]];
+            scores[j * n + i] = g * s;
+        }
+    }
+}
+
+void tq_accum_ref(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
+    uint8_t idx[KVQ_DIM_MAX];
+    const float *cent = L->cb->c;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * L->stride;
+        strided_unpack(rec + L->idx_off, L->d, L->b, idx);
+        float g = tq_scale(L, rec);
+        for (size_t j = 0; j < nq; j++) {
+            float wg = w[j * n + i] * g;
+            float *a = acc + j * (size_t)L->d;
+            for (int c = 0; c < L->d; c++) a[c] += wg * cent[idx[c]];
+        }
+    }
+}
+
+void tq_decode(const tq_layout *L, const uint8_t *rec, float *y, kvq_isa isa) {
+    uint8_t idx[KVQ_DIM_MAX];
+    tq_unpack(L, rec, idx, isa);
+    float g = tq_scale(L, rec);
+    for (int c = 0; c < L->d; c++) y[c] = g * L->cb->c[idx[c]];
+}
+
+#if !KVQ_X86
+void tq_quantize_avx512(const kvq_codebook *cb, const float *y, int d, int sn, uint8_t *idx, float *scale) { tq_quantize_ref(cb, y, d, sn, idx, scale); }
+void tq_quantize_avx2(const kvq_codebook *cb, const float *y, int d, int sn, uint8_t *idx, float *scale) { tq_quantize_ref(cb, y, d, sn, idx, scale); }
+void tq_score_avx512(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes, size_t n, float *s) { tq_score_ref(L, qp, qs, nq, codes, n, s); }
+void tq_score_avx2(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes, size_t n, float *s) { tq_score_ref(L, qp, qs, nq, codes, n, s); }
+void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *a) { tq_accum_ref(L, w, nq, codes, n, a); }
+void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *a) { tq_accum_ref(L, w, nq, codes, n, a); }
+#endif
+
+void tq_quantize(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale, kvq_isa isa) {
+    if (isa >= KVQ_ISA_AVX512) tq_quantize_avx512(cb, y, d, scale_norm, idx, scale);
+    else if (isa >= KVQ_ISA_AVX2) tq_quantize_avx2(cb, y, d, scale_norm, idx, scale);
+    else tq_quantize_ref(cb, y, d, scale_norm, idx, scale);
+}
+
+void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores, kvq_isa isa) {
+    if (isa >= KVQ_ISA_AVX512) tq_score_avx512(L, qp, qstride, nq, codes, n, scores);
+    else if (isa >= KVQ_ISA_AVX2) tq_score_avx2(L, qp, qstride, nq, codes, n, scores);
+    else tq_score_ref(L, qp, qstride, nq, codes, n, scores);
+}
+
+void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa) {
+    if (isa >= KVQ_ISA_AVX512) tq_accum_avx512(L, w, nq, codes, n, acc);
+    else if (isa >= KVQ_ISA_AVX2) tq_accum_avx2(L, w, nq, codes, n, acc);
+    else tq_accum_ref(L, w, nq, codes, n, acc);
+}

@@ -1,0 +1,54 @@
+/*
+ * Kernels over records holding a scale and b-bit codebook indices in the
+ * strided layout (tq-mse, and the first stages of tq-prod and rvq):
+ *   est <q, x> = scale * sum_c q~_c * cent[idx_c]       (q~ = R q)
+ *   acc_c     += w * scale * cent[idx_c]                 (rotated domain)
+ * Scalar references (tq_kernels.c) and x86 versions (tq_kernels_x86.c).
+ */
+#ifndef KVQ_TQ_KERNELS_H
+#define KVQ_TQ_KERNELS_H
+#include <string.h>
+
+#include "codec_internal.h"
+#include "cpu.h"
+
+typedef struct tq_layout {
+    int d, b;
+    const kvq_codebook *cb;
+    size_t stride;    /* bytes per record */
+    size_t scale_off; /* offset of the scale (f16, or f32 if scale32) */
+    size_t idx_off;   /* offset of the packed indices */
+    int scale32;
+} tq_layout;
+
+static inline float tq_scale(const tq_layout *L, const uint8_t *rec) {
+    if (L->scale32) { float s; memcpy(&s, rec + L->scale_off, 4); return s; }
+    uint16_t h;
+    memcpy(&h, rec + L->scale_off, 2);
+    return kvq_f16_to_f32(h);
+}
+
+/* Unpacks a record's indices to d bytes (SIMD where the layout allows). */
+void tq_unpack(const tq_layout *L, const uint8_t *rec, uint8_t *idx, kvq_isa isa);
+
+/* Nearest-centroid indices of sqrt(d) * y / |y| and the stored scale:
+ * least squares <y, c>/<c, c> (or |y|/sqrt(d) if scale_norm). */
+void tq_quantize_ref(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale);
+void tq_quantize_avx512(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale);
+void tq_quantize_avx2(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale);
+void tq_quantize(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale, kvq_isa isa);
+
+/* scores[j*n + i] = est <q_j, x_i>; q rows are qstride floats apart. */
+void tq_score_ref(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores);
+void tq_score_avx512(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores);
+void tq_score_avx2(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores);
+/* acc[j*d + c] += sum_i w[j*n + i] * scale_i * cent[idx_ic] */
+void tq_accum_ref(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+/* y_c = scale * cent[idx_c] */
+void tq_decode(const tq_layout *L, const uint8_t *rec, float *y, kvq_isa isa);
+
+void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores, kvq_isa isa);
+void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa);
+#endif

@@ -1,0 +1,313 @@
+/*
+ * x86 kernels over strided codebook indices (layout in codec_internal.h).
+ * Indices of 16 (AVX-512) or 8 (AVX2) consecutive coordinates come from one
+ * zero-extending load, a shift and a mask per sub-field; centroids from a
+ * register permute (<= 16 levels: vpermps; 32: vpermi2ps) or a gather.
+ * Layouts whose sub-field blocks are not a multiple of the vector width are
+ * unpacked to bytes first (scalar), then looked up the same way.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "simd_util.h"
+#include "tq_kernels.h"
+
+#if KVQ_X86
+
+static const int SUBW[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
+
+/* 1 if every sub-field block of (d, b) is a multiple of `lanes` bytes. */
+static int direct_ok(int d, int b, int lanes) {
+    for (int f = 0; f < 3 && SUBW[b][f]; f++)
+        if ((d * SUBW[b][f] / 8) % lanes) return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- AVX-512 */
+typedef struct {
+    int d, b, nlev, direct;
+    __m512 c0, c1; /* centroids 0..15, 16..31 */
+    const float *cent;
+} lut512;
+
+KVQ_TARGET_AVX512 static lut512 lut512_make(const tq_layout *L) {
+    lut512 t;
+    t.d = L->d;
+    t.b = L->b;
+    t.nlev = L->cb->n;
+    t.cent = L->cb->c;
+    t.direct = direct_ok(L->d, L->b, 16);
+    t.c0 = _mm512_loadu_ps(L->cb->c);
+    t.c1 = _mm512_loadu_ps(L->cb->c + 16);
+    return t;
+}
+
+/* Indices of coordinates c0..c0+15 of a record's packed bytes `pk`. */
+KVQ_TARGET_AVX512 static inline __m512i idx16_direct(const lut512 *t, const uint8_t *pk, int c0) {
+    __m512i idx = _mm512_setzero_si512();
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[t->b][f]; f++) {
+        int w = SUBW[t->b][f], S = t->d * w / 8;
+        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pk + c0 % S)));
+        x = _mm512_and_si512(_mm512_srli_epi32(x, (unsigned)(w * (c0 / S))), _mm512_set1_epi32((1 << w) - 1));
+        idx = _mm512_or_si512(idx, _mm512_slli_epi32(x, (unsigned)shift));
+        pk += S;
+        shift += w;
+    }
+    return idx;
+}
+
+KVQ_TARGET_AVX512 static inline __m512 lookup16(const lut512 *t, __m512i idx) {
+    if (t->nlev <= 16) return _mm512_permutexvar_ps(idx, t->c0);
+    if (t->nlev <= 32) return _mm512_permutex2var_ps(t->c0, idx, t->c1);
+    return _mm512_i32gather_ps(idx, t->cent, 4);
+}
+
+/* Centroid values of coordinates c0..c0+15. ub: unpacked bytes or NULL. */
+KVQ_TARGET_AVX512 static inline __m512 vals16(const lut512 *t, const uint8_t *pk, const uint8_t *ub, int c0) {
+    __m512i idx = ub ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ub + c0))) : idx16_direct(t, pk, c0);
+    return lookup16(t, idx);
+}
+
+KVQ_TARGET_AVX512 void tq_score_avx512(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
+                                       const uint8_t *codes, size_t n, float *scores) {
+    if (L->d % 16) { tq_score_avx2(L, qp, qstride, nq, codes, n, scores); return; }
+    lut512 t = lut512_make(L);
+    uint8_t ubuf[KVQ_DIM_MAX];
+    const int d = L->d;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qstride;
+        const float *q1 = j0 + 1 < nq ? q0 + qstride : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qstride : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qstride : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * L->stride, *pk = rec + L->idx_off, *ub = NULL;
+            if (!t.direct) { strided_unpack(pk, d, L->b, ubuf); ub = ubuf; }
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 16) {
+                __m512 v = vals16(&t, pk, ub, c);
+                a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + c), a0);
+                a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q1 + c), a1);
+                a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q2 + c), a2);
+                a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q3 + c), a3);
+            }
+            float s[4];
+            _mm_storeu_ps(s, _mm_mul_ps(hsum4_512(a0, a1, a2, a3), _mm_set1_ps(tq_scale(L, rec))));
+            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];
+        }
+    }
+}
+
+KVQ_TARGET_AVX512 void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
+                                       size_t n, float *acc) {
+    if (L->d % 16 || !direct_ok(L->d, L->b, 16)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
+    lut512 t = lut512_make(L);
+    const int d = L->d;
+    for (size_t j = 0; j < nq; j++) {
+        const float *wj = w + j * n;
+        float *aj = acc + j * (size_t)d;
+        int c = 0;
+        for (; c + 64 <= d; c += 64) {
+            __m512 a0 = _mm512_loadu_ps(aj + c), a1 = _mm512_loadu_ps(aj + c + 16);
+            __m512 a2 = _mm512_loadu_ps(aj + c + 32), a3 = _mm512_loadu_ps(aj + c + 48);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * L->stride, *pk = rec + L->idx_off;
+                __m512 wg = _mm512_set1_ps(wj[i] * tq_scale(L, rec));
+                a0 = _mm512_fmadd_ps(wg, lookup16(&t, idx16_direct(&t, pk, c)), a0);
+                a1 = _mm512_fmadd_ps(wg, lookup16(&t, idx16_direct(&t, pk, c + 16)), a1);
+                a2 = _mm512_fmadd_ps(wg, lookup16(&t, idx16_direct(&t, pk, c + 32)), a2);
+                a3 = _mm512_fmadd_ps(wg, lookup16(&t, idx16_direct(&t, pk, c + 48)), a3);
+            }
+            _mm512_storeu_ps(aj + c, a0);
+            _mm512_storeu_ps(aj + c + 16, a1);
+            _mm512_storeu_ps(aj + c + 32, a2);
+            _mm512_storeu_ps(aj + c + 48, a3);
+        }
+        for (; c < d; c += 16) {
+            __m512 a0 = _mm512_loadu_ps(aj + c);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * L->stride;
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(wj[i] * tq_scale(L, rec)), lookup16(&t, idx16_direct(&t, rec + L->idx_off, c)), a0);
+            }
+            _mm512_storeu_ps(aj + c, a0);
+        }
+    }
+}
+
+/* Branch-free binary search over the boundaries with vpermps (<= 16 levels):
+ * idx += step where x > t[idx + step - 1], for step = n/2 .. 1. */
+KVQ_TARGET_AVX512 void tq_quantize_avx512(const kvq_codebook *cb, const float *y, int d, int scale_norm,
+                                          uint8_t *idx, float *scale) {
+    if (cb->n > 16 || d % 16) { tq_quantize_ref(cb, y, d, scale_norm, idx, scale); return; }
+    __m512 ss = _mm512_setzero_ps();
+    for (int c = 0; c < d; c += 16) {
+        __m512 v = _mm512_loadu_ps(y + c);
+        ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    float nrm2 = _mm512_reduce_add_ps(ss);
+    if (!(nrm2 > 0) || !isfinite(nrm2)) { tq_quantize_ref(cb, y, d, scale_norm, idx, scale); return; }
+    float nrm = sqrtf(nrm2);
+    __m512 s = _mm512_set1_ps(sqrtf((float)d) / nrm);
+    __m512 tb = _mm512_loadu_ps(cb->t), cv = _mm512_loadu_ps(cb->c);
+    __m512 yc = _mm512_setzero_ps(), cc = _mm512_setzero_ps();
+    for (int c = 0; c < d; c += 16) {
+        __m512 yv = _mm512_loadu_ps(y + c), x = _mm512_mul_ps(yv, s);
+        __m512i id = _mm512_setzero_si512();
+        for (int step = cb->n >> 1; step > 0; step >>= 1) {
+            __m512i probe = _mm512_add_epi32(id, _mm512_set1_epi32(step - 1));
+            __mmask16 gt = _mm512_cmp_ps_mask(x, _mm512_permutexvar_ps(probe, tb), _CMP_GT_OQ);
+            id = _mm512_mask_add_epi32(id, gt, id, _mm512_set1_epi32(step));
+        }
+        __m512 cval = _mm512_permutexvar_ps(id, cv);
+        yc = _mm512_fmadd_ps(yv, cval, yc);
+        cc = _mm512_fmadd_ps(cval, cval, cc);
+        _mm_storeu_si128((__m128i *)(idx + c), _mm512_cvtepi32_epi8(id));
+    }
+    float fyc = _mm512_reduce_add_ps(yc), fcc = _mm512_reduce_add_ps(cc);
+    *scale = scale_norm || fcc == 0 ? nrm / sqrtf((float)d) : fyc / fcc;
+}
+
+/* ------------------------------------------------------------------- AVX2 */
+typedef struct {
+    int d, b, nlev, direct;
+    __m256 c0, c1;
+    const float *cent;
+} lut256;
+
+KVQ_TARGET_AVX2 static lut256 lut256_make(const tq_layout *L) {
+    lut256 t;
+    t.d = L->d;
+    t.b = L->b;
+    t.nlev = L->cb->n;
+    t.cent = L->cb->c;
+    t.direct = direct_ok(L->d, L->b, 8);
+    t.c0 = _mm256_loadu_ps(L->cb->c);
+    t.c1 = _mm256_loadu_ps(L->cb->c + 8);
+    return t;
+}
+
+KVQ_TARGET_AVX2 static inline __m256i idx8_direct(const lut256 *t, const uint8_t *pk, int c0) {
+    __m256i idx = _mm256_setzero_si256();
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[t->b][f]; f++) {
+        int w = SUBW[t->b][f], S = t->d * w / 8;
+        __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pk + c0 % S)));
+        x = _mm256_and_si256(_mm256_srli_epi32(x, w * (c0 / S)), _mm256_set1_epi32((1 << w) - 1));
+        idx = _mm256_or_si256(idx, _mm256_slli_epi32(x, shift));
+        pk += S;
+        shift += w;
+    }
+    return idx;
+}
+
+KVQ_TARGET_AVX2 static inline __m256 lookup8(const lut256 *t, __m256i idx) {
+    if (t->nlev <= 8) return _mm256_permutevar8x32_ps(t->c0, idx);
+    if (t->nlev <= 16) {
+        __m256 lo = _mm256_permutevar8x32_ps(t->c0, idx), hi = _mm256_permutevar8x32_ps(t->c1, idx);
+        return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    }
+    return _mm256_i32gather_ps(t->cent, idx, 4);
+}
+
+KVQ_TARGET_AVX2 static inline __m256 vals8(const lut256 *t, const uint8_t *pk, const uint8_t *ub, int c0) {
+    __m256i idx = ub ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ub + c0))) : idx8_direct(t, pk, c0);
+    return lookup8(t, idx);
+}
+
+KVQ_TARGET_AVX2 void tq_score_avx2(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
+                                   const uint8_t *codes, size_t n, float *scores) {
+    lut256 t = lut256_make(L);
+    uint8_t ubuf[KVQ_DIM_MAX];
+    const int d = L->d;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qstride;
+        const float *q1 = j0 + 1 < nq ? q0 + qstride : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qstride : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qstride : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * L->stride, *pk = rec + L->idx_off, *ub = NULL;
+            if (!t.direct) { strided_unpack(pk, d, L->b, ubuf); ub = ubuf; }
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 8) {
+                __m256 v = vals8(&t, pk, ub, c);
+                a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q0 + c), a0);
+                a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q1 + c), a1);
+                a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q2 + c), a2);
+                a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q3 + c), a3);
+            }
+            float s[4];
+            _mm_storeu_ps(s, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(tq_scale(L, rec))));
+            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];
+        }
+    }
+}
+
+KVQ_TARGET_AVX2 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
+                                   size_t n, float *acc) {
+    if (!direct_ok(L->d, L->b, 8)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
+    lut256 t = lut256_make(L);
+    const int d = L->d;
+    for (size_t j = 0; j < nq; j++) {
+        const float *wj = w + j * n;
+        float *aj = acc + j * (size_t)d;
+        int c = 0;
+        for (; c + 32 <= d; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(aj + c), a1 = _mm256_loadu_ps(aj + c + 8);
+            __m256 a2 = _mm256_loadu_ps(aj + c + 16), a3 = _mm256_loadu_ps(aj + c + 24);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * L->stride, *pk = rec + L->idx_off;
+                __m256 wg = _mm256_set1_ps(wj[i] * tq_scale(L, rec));
+                a0 = _mm256_fmadd_ps(wg, lookup8(&t, idx8_direct(&t, pk, c)), a0);
+                a1 = _mm256_fmadd_ps(wg, lookup8(&t, idx8_direct(&t, pk, c + 8)), a1);
+                a2 = _mm256_fmadd_ps(wg, lookup8(&t, idx8_direct(&t, pk, c + 16)), a2);
+                a3 = _mm256_fmadd_ps(wg, lookup8(&t, idx8_direct(&t, pk, c + 24)), a3);
+            }
+            _mm256_storeu_ps(aj + c, a0);
+            _mm256_storeu_ps(aj + c + 8, a1);
+            _mm256_storeu_ps(aj + c + 16, a2);
+            _mm256_storeu_ps(aj + c + 24, a3);
+        }
+        for (; c < d; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(aj + c);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * L->stride;
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(wj[i] * tq_scale(L, rec)), lookup8(&t, idx8_direct(&t, rec + L->idx_off, c)), a0);
+            }
+            _mm256_storeu_ps(aj + c, a0);
+        }
+    }
+}
+
+/* Boundary count (idx = sum_i [x > t_i]) with 8-wide compares, <= 16 levels. */
+KVQ_TARGET_AVX2 void tq_quantize_avx2(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx,
+                                      float *scale) {
+    if (cb->n > 16) { tq_quantize_ref(cb, y, d, scale_norm, idx, scale); return; }
+    __m256 ss = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+        __m256 v = _mm256_loadu_ps(y + c);
+        ss = _mm256_fmadd_ps(v, v, ss);
+    }
+    float nrm2 = hsum_256(ss);
+    if (!(nrm2 > 0) || !isfinite(nrm2)) { tq_quantize_ref(cb, y, d, scale_norm, idx, scale); return; }
+    float nrm = sqrtf(nrm2);
+    __m256 s = _mm256_set1_ps(sqrtf((float)d) / nrm);
+    lut256 t;
+    t.nlev = cb->n;
+    t.cent = cb->c;
+    t.c0 = _mm256_loadu_ps(cb->c);
+    t.c1 = _mm256_loadu_ps(cb->c + 8);
+    __m256 yc = _mm256_setzero_ps(), cc = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+        __m256 yv = _mm256_loadu_ps(y + c), x = _mm256_mul_ps(yv, s);
+        __m256i id = _mm256_setzero_si256();
+        for (int k = 0; k < cb->n - 1; k++) /* compare mask is -1 where x > t_k */
+            id = _mm256_sub_epi32(id, _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_set1_ps(cb->t[k]), _CMP_GT_OQ)));
+        __m256 cval = lookup8(&t, id);
+        yc = _mm256_fmadd_ps(yv, cval, yc);
+        cc = _mm256_fmadd_ps(cval, cval, cc);
+        int32_t tmp[8];
+        _mm256_storeu_si256((__m256i *)tmp, id);
+        for (int k = 0; k < 8; k++) idx[c + k] = (uint8_t)tmp[k];
+    }
+    float fyc = hsum_256(yc), fcc = hsum_256(cc);
+    *scale = scale_norm || fcc == 0 ? nrm / sqrtf((float)d) : fyc / fcc;
+}
+#endif
