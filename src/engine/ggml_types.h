@@ -1,0 +1,215 @@
+/*
+ * ggml weight types: block layouts, scalar dequantization (the
+ * specification), and fast dot products / matrix products against
+ * activations quantized once per row.
+ *
+ * Every quantized block type decomposes, per 32-value sub-block, into
+ * unsigned integer codes u (0..255) and an affine map per half (16 values):
+ *     w[l] = scale_h * u[l] + min_h,   h = l / 16
+ * (Q4_0: scale d, min -8d; Q4_1: d, m; Q6_K: d*sc, -32*d*sc; ...). With the
+ * activations quantized as x[l] = dx * q[l] (q int8, one dx per 32 values),
+ *     sum_l w[l] x[l] = dx * sum_h scale_h * (sum_{l in h} u[l] q[l]) + sum_h min_h * s_h
+ * where s_h = dx * sum_{l in h} q[l] is stored with the activation row. The
+ * inner sum is an unsigned x signed int8 dot: vpmaddubsw (AVX2) or vpdpbusd
+ * (AVX-512 VNNI). F32/F16/BF16 weights are dotted with float activations.
+ */
+#ifndef KVQ_ENGINE_GGML_TYPES_H
+#define KVQ_ENGINE_GGML_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvq.h"
+
+/* ggml type ids as stored in GGUF tensor infos (fixed numeric values). */
+typedef enum ggml_type {
+    GGML_TYPE_F32 = 0,
+    GGML_TYPE_F16 = 1,
+    GGML_TYPE_Q4_0 = 2,
+    GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6,
+    GGML_TYPE_Q5_1 = 7,
+    GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q8_1 = 9,
+    GGML_TYPE_Q2_K = 10,
+    GGML_TYPE_Q3_K = 11,
+    GGML_TYPE_Q4_K = 12,
+    GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14,
+    GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_I8 = 24,
+    GGML_TYPE_I16 = 25,
+    GGML_TYPE_I32 = 26,
+    GGML_TYPE_I64 = 27,
+    GGML_TYPE_F64 = 28,
+    GGML_TYPE_BF16 = 30,
+    GGML_TYPE_COUNT = 31
+} ggml_type;
+
+/* ------------------------------------------------------------------------ */
+/* Block layouts (halves are IEEE binary16 bit patterns)                    */
+/* ------------------------------------------------------------------------ */
+#define QK4_0 32
+typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+/* 18 B / 32 values = 4.5 bits per weight. w = d * (nibble - 8); value l < 16
+ * is the low nibble of qs[l], value l + 16 the high nibble. */
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+
+#define QK4_1 32
+typedef struct { uint16_t d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+/* 20 B / 32 = 5.0 bpw. w = d * nibble + m (nibble order as q4_0). */
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+
+#define QK5_0 32
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+/* 22 B / 32 = 5.5 bpw. 5-bit code = nibble | (bit l of qh as u32) << 4;
+ * w = d * (code - 16). */
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+
+#define QK5_1 32
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+/* 24 B / 32 = 6.0 bpw. w = d * code + m. */
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
+
+#define QK8_0 32
+typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;
+/* 34 B / 32 = 8.5 bpw. w = d * q. */
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+#define QK_K 256
+#define K_SCALE_SIZE 12
+typedef struct {
+    uint16_t d, dmin;              /* super-block scales of the 6-bit scales / mins */
+    uint8_t scales[K_SCALE_SIZE];  /* 8 x (6-bit scale, 6-bit min), packed */
+    uint8_t qs[QK_K / 2];          /* 4-bit codes */
+} block_q4_K;
+/* 144 B / 256 = 4.5 bpw. Sub-block j (32 values): w = d*sc_j * code - dmin*m_j.
+ * Codes: 64-value chunk c uses qs[32c .. 32c+31]; low nibbles are sub-block
+ * 2c, high nibbles sub-block 2c+1. Scales: for j < 4 sc = scales[j] & 63,
+ * m = scales[j+4] & 63; for j >= 4 sc = (scales[j+4] & 15) | (scales[j-4] >> 6) << 4,
+ * m = (scales[j+4] >> 4) | (scales[j] >> 6) << 4. */
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];          /* 5th bits: value l of sub-block j has bit j of qh[l] */
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+/* 176 B / 256 = 5.5 bpw. As q4_K with a 5th bit: code of value l of
+ * sub-block j = nibble | ((qh[l] >> j) & 1) << 4. */
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+
+typedef struct {
+    uint8_t ql[QK_K / 2];     /* low 4 bits */
+    uint8_t qh[QK_K / 4];     /* high 2 bits */
+    int8_t scales[QK_K / 16]; /* one signed 8-bit scale per 16 values */
+    uint16_t d;
+} block_q6_K;
+/* 210 B / 256 = 6.5625 bpw. w = d * scales[i/16] * (code - 32). Half h
+ * (128 values) uses ql[64h..], qh[32h..], scales[8h..]; within it value
+ * 32k + l (k < 4, l < 32) has low bits ql[l + 32*(k&1)] >> (4*(k>>1)) & 15
+ * and high bits (qh[l] >> 2k) & 3. */
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
+/* ------------------------------------------------------------------------ */
+/* Types, sizes, scalar reference                                           */
+/* ------------------------------------------------------------------------ */
+/* 1 if the engine can compute with weights of this type. */
+int ggml_type_supported(ggml_type t);
+const char *ggml_type_name(ggml_type t);
+/* Values per block (1 for float types), 0 if unknown. */
+int ggml_type_block(ggml_type t);
+/* Bytes of one row of n values (n a multiple of the block); 0 if invalid. */
+size_t ggml_row_bytes(ggml_type t, int64_t n);
+
+/* Dequantizes one row of n values (scalar reference). */
+int ggml_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
+
+/*
+ * Sub-block decomposition (the specification of the fast kernels):
+ * sub-block j (values 32j .. 32j+31) of a row of type t, into codes u[32]
+ * and per-half scale[2] / min[2] (w[l] = scale[l/16]*u[l] + min[l/16]).
+ * Only for quantized supported types.
+ */
+void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float scale[2], float min[2]);
+
+/* ------------------------------------------------------------------------ */
+/* Activations                                                              */
+/* ------------------------------------------------------------------------ */
+/*
+ * A q8a row of n values (n % 32 == 0), nb = n/32, structure of arrays:
+ *   int8 q[n] | float d[nb] | float s0[nb] | float s1[nb]   (padded to 64 B)
+ * x[i] ~= d[i/32] * q[i], q = round(x/d) with d = max|x|/127 per block;
+ * s0 = d * sum of the block's first 16 q, s1 = of the last 16.
+ */
+size_t ggml_q8a_row_bytes(int64_t n);
+void ggml_quantize_q8a_row(const float *x, int64_t n, void *row);
+
+/* 1 if weights of type t are dotted with q8a activations, 0 with f32. */
+int ggml_type_uses_q8a(ggml_type t);
+
+/* ------------------------------------------------------------------------ */
+/* Kernels with run-time dispatch                                           */
+/* ------------------------------------------------------------------------ */
+/* Most activation rows one kernel call handles (weight block reuse). */
+#define GGML_MAX_NX 4
+
+/*
+ * out[r] = dot(weight row w, activation row r) for r < nx <= GGML_MAX_NX;
+ * activation row r starts at act + r * act_stride (q8a rows or f32 rows
+ * according to ggml_type_uses_q8a). n is the row length.
+ */
+typedef void (*ggml_dot_fn)(int64_t n, const void *w, const void *act, size_t act_stride, int nx, float *out);
+
+typedef struct ggml_kernels {
+    const char *name;                    /* "scalar", "avx2", "avx512vnni" */
+    ggml_dot_fn dot[GGML_TYPE_COUNT];    /* NULL for unsupported types */
+    void (*quantize_q8a)(const float *x, int64_t n, void *row);
+} ggml_kernels;
+
+/* Scalar reference kernels (always available). */
+const ggml_kernels *ggml_kernels_scalar(void);
+/* Kernels for an ISA, NULL if the CPU lacks it. KVQ_ISA_AVX512 means the
+ * AVX-512 VNNI kernels (NULL without VNNI); KVQ_ISA_BEST picks the best. */
+const ggml_kernels *ggml_kernels_for(kvq_isa isa);
+
+/* A weight matrix: rows of `cols` values, row r at data + r * row_bytes. */
+typedef struct ggml_matrix {
+    const void *data;
+    ggml_type type;
+    int64_t rows, cols;
+    size_t row_bytes;
+} ggml_matrix;
+
+/*
+ * A batch of ntok activation rows of `cols` floats, quantized to q8a on
+ * first use by a q8a weight type (once, shared by every matrix multiplied
+ * with it). q8 must hold ntok * ggml_q8a_row_bytes(cols) bytes.
+ */
+typedef struct ggml_acts {
+    const float *x;   /* (ntok, cols) */
+    int64_t ntok, cols;
+    void *q8;         /* (ntok, q8a row) workspace */
+    int q8_ready;
+} ggml_acts;
+
+/* Starts a batch (q8_ready = 0). */
+void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8);
+
+/*
+ * Y_m[t * ldy_m + r] = W_m[r] . X[t] for nm <= 4 matrices sharing the
+ * activations (e.g. Q, K, V), t < ntok, r < W_m->rows; one parallel region
+ * over all their rows. Returns KVQ_ERR_INVALID_ARG on shape mismatch,
+ * KVQ_ERR_UNSUPPORTED for a type without kernel.
+ */
+int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *const *W, int nm, ggml_acts *A,
+                      float *const *Y, const int64_t *ldy);
+/* Single-matrix form: Y is (ntok, ldy). */
+int ggml_matmul(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *W, ggml_acts *A, float *Y, int64_t ldy);
+
+/* Internal: per-ISA tables (ggml_types_avx2.c / ggml_types_avx512.c). */
+const ggml_kernels *ggml_kernels_avx2_table(void);
+const ggml_kernels *ggml_kernels_avx512vnni_table(void);
+
+#endif
