@@ -37,7 +37,7 @@ static void half_moments(const density_ctx *c, double x, double *m, double *f) {
         const double beta = 1.0 / sqrt(2.0); /* unit variance */
         double e = exp(-x / beta);
         *m = 0.5 * (1.0 - e);
-        *f = 0.5 * (beta - (x + beta) * e);
+        *f = isinf(x) ? 0.5 * beta : 0.5 * (beta - (x + beta) * e);
         return;
     }
     case DENS_SPHERE: {

@@ -18,6 +18,9 @@ static tq_layout layout(const kvq_plan *p) {
 static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     float y[KVQ_DIM_MAX], g;
     uint8_t idx[KVQ_DIM_MAX];
+    if (p->isa >= KVQ_ISA_AVX512 &&
+        tq_encode_fused_avx512(&p->rot, &p->cb, p->d, p->bits, p->o.scale_norm, x, &g, code + scale_bytes(p)))
+        return scale_store(p, code, g);
     rot_apply(&p->rot, x, y);
     tq_quantize(&p->cb, y, p->d, p->o.scale_norm, idx, &g, p->isa);
     int rc = scale_store(p, code, g);

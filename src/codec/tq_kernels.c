@@ -62,6 +62,7 @@ void tq_accum_ref(const tq_layout *L, const float *w, size_t nq, const uint8_t *
 }
 
 void tq_decode(const tq_layout *L, const uint8_t *rec, float *y, kvq_isa isa) {
+    if (isa >= KVQ_ISA_AVX512 && tq_decode_avx512(L, rec, y)) return;
     uint8_t idx[KVQ_DIM_MAX];
     tq_unpack(L, rec, idx, isa);
     float g = tq_scale(L, rec);
@@ -75,6 +76,8 @@ void tq_score_avx512(const tq_layout *L, const float *qp, size_t qs, size_t nq, 
 void tq_score_avx2(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes, size_t n, float *s) { tq_score_ref(L, qp, qs, nq, codes, n, s); }
 void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *a) { tq_accum_ref(L, w, nq, codes, n, a); }
 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *a) { tq_accum_ref(L, w, nq, codes, n, a); }
+int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b, int sn, const float *x, float *scale, uint8_t *packed) { (void)rot; (void)cb; (void)d; (void)b; (void)sn; (void)x; (void)scale; (void)packed; return 0; }
+int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y) { (void)L; (void)rec; (void)y; return 0; }
 #endif
 
 void tq_quantize(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale, kvq_isa isa) {

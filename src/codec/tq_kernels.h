@@ -49,6 +49,12 @@ void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t 
 /* y_c = scale * cent[idx_c] */
 void tq_decode(const tq_layout *L, const uint8_t *rec, float *y, kvq_isa isa);
 
+/* Fused rotate+quantize+pack for Hadamard rotations (returns 0 if it does
+ * not serve this layout; the caller then rotates and calls tq_quantize). */
+int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b, int scale_norm,
+                           const float *x, float *scale, uint8_t *packed);
+int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y);
+
 void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores, kvq_isa isa);
 void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa);
 #endif

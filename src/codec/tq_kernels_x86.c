@@ -311,3 +311,102 @@ KVQ_TARGET_AVX2 void tq_quantize_avx2(const kvq_codebook *cb, const float *y, in
     *scale = scale_norm || fcc == 0 ? nrm / sqrtf((float)d) : fyc / fcc;
 }
 #endif
+
+#if KVQ_X86
+/*
+ * Fused tq encode (AVX-512): sign flip, Walsh-Hadamard in registers, norm,
+ * branch-free binary-search quantization, least-squares scale and strided
+ * packing, one pass over the vector. Returns 0 when the layout is not served
+ * (the caller then takes the generic path).
+ */
+KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) int
+encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, const int b, int scale_norm,
+                  const float *x, float *scale, uint8_t *packed) {
+    const int ng = d / 16;
+    __m512 v[KVQ_DIM_MAX / 16];
+    const __m512 inv = _mm512_set1_ps(1.0f / sqrtf((float)d));
+    for (int g = 0; g < ng; g++)
+        v[g] = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * g), _mm512_loadu_ps(rot->signs + 16 * g)), inv);
+    const __m512 sgn1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
+    const __m512 sgn2 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
+    const __m512 sgn4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
+    const __m512 sgn8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m512 ss = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m512 t = v[g];
+        t = _mm512_fmadd_ps(t, sgn1, _mm512_permute_ps(t, 0xB1));
+        t = _mm512_fmadd_ps(t, sgn2, _mm512_permute_ps(t, 0x4E));
+        t = _mm512_fmadd_ps(t, sgn4, _mm512_shuffle_f32x4(t, t, 0xB1));
+        v[g] = _mm512_fmadd_ps(t, sgn8, _mm512_shuffle_f32x4(t, t, 0x4E));
+    }
+    for (int h = 1; h < ng; h <<= 1)
+        for (int i = 0; i < ng; i += h << 1)
+            for (int j = i; j < i + h; j++) {
+                __m512 a = v[j], c = v[j + h];
+                v[j] = _mm512_add_ps(a, c);
+                v[j + h] = _mm512_sub_ps(a, c);
+            }
+    for (int g = 0; g < ng; g++) ss = _mm512_fmadd_ps(v[g], v[g], ss);
+    float nrm2 = _mm512_reduce_add_ps(ss);
+    if (!(nrm2 > 0) || !isfinite(nrm2)) return 0;
+    float nrm = sqrtf(nrm2);
+    const __m512 s = _mm512_set1_ps(sqrtf((float)d) / nrm);
+    const __m512 tb = _mm512_loadu_ps(cb->t), cv = _mm512_loadu_ps(cb->c);
+    __m512 yc = _mm512_setzero_ps(), cc = _mm512_setzero_ps();
+    __m512i id[KVQ_DIM_MAX / 16];
+    for (int g = 0; g < ng; g++) {
+        __m512 xs = _mm512_mul_ps(v[g], s);
+        __m512i k = _mm512_setzero_si512();
+        for (int step = cb->n >> 1; step > 0; step >>= 1) {
+            __m512i probe = _mm512_add_epi32(k, _mm512_set1_epi32(step - 1));
+            __mmask16 gt = _mm512_cmp_ps_mask(xs, _mm512_permutexvar_ps(probe, tb), _CMP_GT_OQ);
+            k = _mm512_mask_add_epi32(k, gt, k, _mm512_set1_epi32(step));
+        }
+        __m512 cval = _mm512_permutexvar_ps(k, cv);
+        yc = _mm512_fmadd_ps(v[g], cval, yc);
+        cc = _mm512_fmadd_ps(cval, cval, cc);
+        id[g] = k;
+    }
+    float fyc = _mm512_reduce_add_ps(yc), fcc = _mm512_reduce_add_ps(cc);
+    *scale = scale_norm || fcc == 0 ? nrm / sqrtf((float)d) : fyc / fcc;
+    /* strided packing: byte j of a w-bit block holds coords j + k*S, k < 8/w */
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
+        const int w = SUBW[b][f], S = d * w / 8, per = 8 / w;
+        const __m512i mask = _mm512_set1_epi32((1 << w) - 1);
+        for (int j0 = 0; j0 < S; j0 += 16) {
+            __m512i byte = _mm512_setzero_si512();
+            for (int k = 0; k < per; k++) {
+                __m512i f16 = _mm512_and_si512(_mm512_srli_epi32(id[(j0 + k * S) / 16], (unsigned)shift), mask);
+                byte = _mm512_or_si512(byte, _mm512_slli_epi32(f16, (unsigned)(k * w)));
+            }
+            _mm_storeu_si128((__m128i *)(packed + j0), _mm512_cvtepi32_epi8(byte));
+        }
+        packed += S;
+        shift += w;
+    }
+    return 1;
+}
+
+/* Constant d and b let the compiler keep the vector in registers. */
+KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b,
+                                             int scale_norm, const float *x, float *scale, uint8_t *packed) {
+    if (rot->kind != ROT_HADAMARD || d % 16 || cb->n > 16 || !direct_ok(d, b, 16)) return 0;
+#define FUSED_CASE(D, B) \
+    if (d == D && b == B) return encode_fused_body(rot, cb, D, B, scale_norm, x, scale, packed);
+    FUSED_CASE(128, 4) FUSED_CASE(128, 3) FUSED_CASE(128, 2) FUSED_CASE(128, 1)
+    FUSED_CASE(64, 4) FUSED_CASE(64, 2) FUSED_CASE(256, 4) FUSED_CASE(256, 3) FUSED_CASE(256, 2)
+#undef FUSED_CASE
+    return encode_fused_body(rot, cb, d, b, scale_norm, x, scale, packed);
+}
+
+/* Decode to the rotated domain with the direct lookups. */
+KVQ_TARGET_AVX512 int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y) {
+    if (L->d % 16 || !direct_ok(L->d, L->b, 16)) return 0;
+    lut512 t = lut512_make(L);
+    __m512 g = _mm512_set1_ps(tq_scale(L, rec));
+    for (int c = 0; c < L->d; c += 16)
+        _mm512_storeu_ps(y + c, _mm512_mul_ps(g, lookup16(&t, idx16_direct(&t, rec + L->idx_off, c))));
+    return 1;
+}
+#endif
