@@ -20,7 +20,7 @@ typedef enum { ROT_NONE = 0, ROT_HADAMARD = 1, ROT_DENSE = 2 } rot_kind;
 typedef struct kvq_rotation {
     rot_kind kind;
     int d;
-    float *signs; /* d, +-1 (Hadamard) */
+    float *signs; /* 2 x d, +-1: the two Hadamard rounds' signs s1, s2 */
     float *mat;   /* d x d row-major orthogonal Q (dense): y = Q x */
     kvq_isa isa;
 } kvq_rotation;

@@ -1,7 +1,13 @@
 /*
  * Rotations (DESIGN.md §2).
- * Power-of-two d: y = (1/sqrt(d)) H_d (s ⊙ x), s in {±1}^d from the seed, H_d
- * the Walsh-Hadamard matrix applied by the in-place fast transform.
+ * Power-of-two d: two rounds of the randomized Hadamard transform,
+ *   y = (1/d) H_d (s2 ⊙ (H_d (s1 ⊙ x))),  s1, s2 in {±1}^d from the seed,
+ * H_d the Walsh-Hadamard matrix applied by the in-place fast transform.
+ * One round (DESIGN.md's formula) maps a spike e_j to a flat ±1/sqrt(d)
+ * vector whatever the signs, so a key with one dominant channel gives
+ * bimodal, not Gaussian, coordinates and the Lloyd-Max codebook no longer
+ * fits; the second round makes every coordinate a random-sign sum of d
+ * terms (≈ Gaussian by the CLT). Cost: one more d log d pass.
  * Other d: a seeded Haar-random orthogonal Q (modified Gram-Schmidt QR of a
  * Gaussian matrix in double precision, with R's diagonal made positive,
  * which is what makes Q Haar-distributed; Mezzadri 2007).
@@ -130,9 +136,9 @@ int rot_init(kvq_rotation *r, int d, uint64_t seed, int enabled, kvq_isa isa) {
     rng_seed(&rng, seed_mix(seed, 0x524f54));
     if (is_pow2(d)) {
         r->kind = ROT_HADAMARD;
-        r->signs = malloc((size_t)d * sizeof *r->signs);
+        r->signs = malloc(2 * (size_t)d * sizeof *r->signs);
         if (!r->signs) return KVQ_ERR_NOMEM;
-        for (int i = 0; i < d; i++) r->signs[i] = (rng_u64(&rng) >> 63) ? -1.0f : 1.0f;
+        for (int i = 0; i < 2 * d; i++) r->signs[i] = (rng_u64(&rng) >> 63) ? -1.0f : 1.0f;
         return KVQ_OK;
     }
     r->kind = ROT_DENSE;
@@ -201,6 +207,8 @@ void rot_apply(const kvq_rotation *r, const float *x, float *y) {
         float s = 1.0f / sqrtf((float)d);
         for (int i = 0; i < d; i++) y[i] = x[i] * r->signs[i] * s;
         fwht(r, y);
+        for (int i = 0; i < d; i++) y[i] *= r->signs[d + i] * s;
+        fwht(r, y);
         return;
     }
     case ROT_DENSE: dense_apply(r, x, y, 0); return;
@@ -214,10 +222,12 @@ void rot_apply_inv(const kvq_rotation *r, const float *y, float *x) {
         if (y != x) memmove(x, y, (size_t)d * sizeof *x);
         return;
     case ROT_HADAMARD: {
-        /* H is symmetric and H H = d I: x = s ⊙ (1/sqrt(d)) H y */
+        /* H is symmetric and H H = d I: x = s1 ⊙ H (s2 ⊙ H y) / d */
         if (y != x) memmove(x, y, (size_t)d * sizeof *x);
-        fwht(r, x);
         float s = 1.0f / sqrtf((float)d);
+        fwht(r, x);
+        for (int i = 0; i < d; i++) x[i] *= r->signs[d + i] * s;
+        fwht(r, x);
         for (int i = 0; i < d; i++) x[i] *= r->signs[i] * s;
         return;
     }

@@ -332,20 +332,24 @@ encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, 
     const __m512 sgn4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
     const __m512 sgn8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
     __m512 ss = _mm512_setzero_ps();
-    for (int g = 0; g < ng; g++) {
-        __m512 t = v[g];
-        t = _mm512_fmadd_ps(t, sgn1, _mm512_permute_ps(t, 0xB1));
-        t = _mm512_fmadd_ps(t, sgn2, _mm512_permute_ps(t, 0x4E));
-        t = _mm512_fmadd_ps(t, sgn4, _mm512_shuffle_f32x4(t, t, 0xB1));
-        v[g] = _mm512_fmadd_ps(t, sgn8, _mm512_shuffle_f32x4(t, t, 0x4E));
+    for (int round = 0; round < 2; round++) {
+        if (round) /* second randomized round: s2 and 1/sqrt(d) */
+            for (int g = 0; g < ng; g++) v[g] = _mm512_mul_ps(_mm512_mul_ps(v[g], _mm512_loadu_ps(rot->signs + d + 16 * g)), inv);
+        for (int g = 0; g < ng; g++) {
+            __m512 t = v[g];
+            t = _mm512_fmadd_ps(t, sgn1, _mm512_permute_ps(t, 0xB1));
+            t = _mm512_fmadd_ps(t, sgn2, _mm512_permute_ps(t, 0x4E));
+            t = _mm512_fmadd_ps(t, sgn4, _mm512_shuffle_f32x4(t, t, 0xB1));
+            v[g] = _mm512_fmadd_ps(t, sgn8, _mm512_shuffle_f32x4(t, t, 0x4E));
+        }
+        for (int h = 1; h < ng; h <<= 1)
+            for (int i = 0; i < ng; i += h << 1)
+                for (int j = i; j < i + h; j++) {
+                    __m512 a = v[j], c = v[j + h];
+                    v[j] = _mm512_add_ps(a, c);
+                    v[j + h] = _mm512_sub_ps(a, c);
+                }
     }
-    for (int h = 1; h < ng; h <<= 1)
-        for (int i = 0; i < ng; i += h << 1)
-            for (int j = i; j < i + h; j++) {
-                __m512 a = v[j], c = v[j + h];
-                v[j] = _mm512_add_ps(a, c);
-                v[j + h] = _mm512_sub_ps(a, c);
-            }
     for (int g = 0; g < ng; g++) ss = _mm512_fmadd_ps(v[g], v[g], ss);
     float nrm2 = _mm512_reduce_add_ps(ss);
     if (!(nrm2 > 0) || !isfinite(nrm2)) return 0;
