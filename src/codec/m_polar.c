@@ -1,0 +1,278 @@
+/*
+ * polar:B — PolarQuant (Han, Kacham, Karbasi, Mirrokni, Zandieh,
+ * "PolarQuant: Quantizing KV Caches with Polar Transformation",
+ * arXiv 2502.02617, AISTATS 2026).
+ *
+ * After the seeded rotation y = R x (its coordinates ≈ iid Gaussian), the
+ * recursive polar transform pairs coordinates:
+ *   level 1: (y_2i, y_2i+1)        -> radius r1_i, angle θ_i ∈ [0, 2π)
+ *   level l: (r(l-1)_2i, r(l-1)_2i+1) -> radius rl_i, angle ψ_i = atan(r_2i+1 / r_2i) ∈ [0, π/2]
+ * for L levels; the d / 2^L final radii are stored (fp16 by default), the
+ * d - d/2^L angles as indices of per-level codebooks. No other scale or zero
+ * point is stored (the paper's point: the angle densities are known, so no
+ * per-block normalisation is needed).
+ *
+ * Angle densities (Gaussian input): level-1 angles are uniform on [0, 2π);
+ * a level-l angle (l >= 2) is the angle between two independent norms of
+ * n = 2^(l-1) Gaussian coordinates (chi_n variables), whose density is
+ * f(ψ) ∝ cos^(n-1) ψ sin^(n-1) ψ ∝ sin^(n-1)(2ψ) on [0, π/2] (the paper's
+ * sin^(2^(l-1)-1)(2ψ)), more concentrated around π/4 at each level; angles of
+ * different levels and the final radii are independent. Codebooks: level 1 is
+ * the uniform quantizer (Lloyd-Max of a uniform density), levels >= 2 are
+ * Lloyd-Max for their density (polar_cb.c), computed at plan creation.
+ *
+ * Bits: the paper uses L = 4 levels, 4 bits for level-1 angles and 2 bits for
+ * levels 2..4, with 16-bit final radii: (4·d/2 + 2·(d/4 + d/8 + d/16) +
+ * 16·d/16) / d = 3.875 bits per value, the paper's figure, for every d that
+ * 16 divides. That is `polar` = `polar:4`. The knob polar:B (B = 3..8) sets
+ * the level-1 bits to B and the bits of levels >= 2 to B - 2 (the paper's
+ * two-bit gap between the uniform first level and the concentrated higher
+ * ones): polar:3 = 3/1/1/1 (2.94 bits per value), polar:5 = 5/3/3/3 (4.81),
+ * polar:6 = 6/4/4/4 (5.75) ... polar:8 = 8/6/6/6 (7.63).
+ *
+ * Dims: the pairing needs d divisible by 2^L. kvq head dims are multiples of
+ * 8, so L = min(4, number of factors 2 in d): L = 4 for 32, 48, 64, 80, 96,
+ * 112, 128, ..., L = 3 for d = 8·odd (40, 56, 72, 88, 104, 120, ...: 4.75
+ * bits per value at polar:4, the level-3 radii being d/8 fp16 values). Non
+ * power-of-two d use the plan's Haar rotation; the angle densities are the
+ * same because they depend only on the Gaussian input.
+ *
+ * Radii: by default each final radius is replaced by the least-squares scale
+ * of its block, ρ_j = <y_j, û_j>, where û_j is the unit vector rebuilt from
+ * the quantized angles of the 2^L coordinates under it (so ŷ_j is the
+ * orthogonal projection of y_j on û_j; ρ_j > 0 because every level-1 angle
+ * error is below π/4 for B >= 3). +scale=norm stores the exact radii ‖y_j‖ as
+ * in the paper; +scale32 stores f32 radii.
+ *
+ * Record: [m radii (f16 or f32) | one LSB-first bitstream of all angle
+ * indices: level 1 (d/2 fields of B bits), then level 2 (d/4 fields of B-2
+ * bits), ..., level L], padded to a whole byte:
+ *   code_bytes = m·2 + ceil((B·d/2 + (B-2)·(d/2 - m)) / 8).
+ *
+ * Quantizing: level 1 by θ = atan2 and a floor (uniform cells); levels >= 2
+ * without trigonometry, by counting the boundaries t_j with
+ * r_2i+1 > r_2i · tan t_j (the nearest centroid in angle). Decoding walks the
+ * levels down multiplying by cos/sin tables of the centroids. Score and
+ * accumulate decode one record at a time to a stack buffer (the rotated
+ * domain) and take dot products / axpys there.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec_internal.h"
+#include "polar_cb.h"
+
+#define POLAR_LEVELS 4
+#define POLAR_NMAX 256 /* 2^8 centroids at most */
+
+typedef struct {
+    int L;              /* levels */
+    int m;              /* final radii: d >> L */
+    int b[POLAR_LEVELS + 1];   /* bits per level (1-based) */
+    int off[POLAR_LEVELS + 1]; /* first angle of level l in the angle order */
+    size_t ang_bytes;   /* bytes of the angle bitstream */
+    kvq_codebook cb[POLAR_LEVELS + 1];
+    float cosc[POLAR_LEVELS + 1][POLAR_NMAX], sinc[POLAR_LEVELS + 1][POLAR_NMAX];
+    double tant[POLAR_LEVELS + 1][POLAR_NMAX]; /* tan of the boundaries, levels >= 2 */
+} polar_priv;
+
+/* ---- bitstream of angle indices -------------------------------------------- */
+static void pack_angles(const polar_priv *P, int d, const uint8_t *idx, uint8_t *out) {
+    uint32_t acc = 0;
+    int nb = 0;
+    size_t o = 0;
+    for (int l = 1; l <= P->L; l++) {
+        const int cnt = d >> l, b = P->b[l];
+        const uint8_t *s = idx + P->off[l];
+        for (int i = 0; i < cnt; i++) {
+            acc |= (uint32_t)s[i] << nb;
+            nb += b;
+            while (nb >= 8) { out[o++] = (uint8_t)acc; acc >>= 8; nb -= 8; }
+        }
+    }
+    if (nb > 0) out[o++] = (uint8_t)acc;
+}
+
+static void unpack_angles(const polar_priv *P, int d, const uint8_t *in, uint8_t *idx) {
+    uint32_t acc = 0;
+    int nb = 0;
+    size_t o = 0;
+    for (int l = 1; l <= P->L; l++) {
+        const int cnt = d >> l, b = P->b[l];
+        const uint32_t mask = (1u << b) - 1;
+        uint8_t *s = idx + P->off[l];
+        for (int i = 0; i < cnt; i++) {
+            if (nb < b) { acc |= (uint32_t)in[o++] << nb; nb += 8; }
+            s[i] = (uint8_t)(acc & mask);
+            acc >>= b;
+            nb -= b;
+        }
+    }
+}
+
+/* ---- the transform ------------------------------------------------------------ */
+/* y (d floats) from the final radii (m floats) and the angle indices. */
+static void expand(const polar_priv *P, int d, const uint8_t *idx, const float *rad, float *y) {
+    float bufa[KVQ_DIM_MAX / 2], bufb[KVQ_DIM_MAX / 2];
+    const float *cur = rad;
+    float *nxt = bufa;
+    for (int l = P->L; l >= 2; l--) {
+        const int cnt = d >> l;
+        const uint8_t *s = idx + P->off[l];
+        const float *cs = P->cosc[l], *sn = P->sinc[l];
+        for (int i = 0; i < cnt; i++) {
+            nxt[2 * i] = cur[i] * cs[s[i]];
+            nxt[2 * i + 1] = cur[i] * sn[s[i]];
+        }
+        cur = nxt;
+        nxt = nxt == bufa ? bufb : bufa;
+    }
+    const uint8_t *s = idx + P->off[1];
+    const float *cs = P->cosc[1], *sn = P->sinc[1];
+    for (int i = 0; i < d / 2; i++) {
+        y[2 * i] = cur[i] * cs[s[i]];
+        y[2 * i + 1] = cur[i] * sn[s[i]];
+    }
+}
+
+static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
+    const polar_priv *P = p->priv;
+    const int d = p->d;
+    float y[KVQ_DIM_MAX];
+    double r[KVQ_DIM_MAX / 2];
+    uint8_t idx[KVQ_DIM_MAX];
+    rot_apply(&p->rot, x, y);
+    /* level 1: uniform cells of [0, 2π) */
+    const int n1 = 1 << P->b[1];
+    const double to_cell = n1 / (2 * M_PI);
+    for (int i = 0; i < d / 2; i++) {
+        double a = y[2 * i], b = y[2 * i + 1];
+        r[i] = sqrt(a * a + b * b);
+        double th = atan2(b, a);
+        if (th < 0) th += 2 * M_PI;
+        int k = (int)(th * to_cell);
+        idx[P->off[1] + i] = (uint8_t)(k < n1 ? k : n1 - 1);
+    }
+    /* levels >= 2: ψ > t_j  <=>  r_odd > r_even · tan t_j (both >= 0) */
+    for (int l = 2; l <= P->L; l++) {
+        const int cnt = d >> l, nt = (1 << P->b[l]) - 1;
+        const double *tt = P->tant[l];
+        for (int i = 0; i < cnt; i++) {
+            double a = r[2 * i], b = r[2 * i + 1];
+            int k = 0;
+            for (int j = 0; j < nt; j++) k += b > a * tt[j];
+            idx[P->off[l] + i] = (uint8_t)k;
+            r[i] = sqrt(a * a + b * b);
+        }
+    }
+    const size_t sb = scale_bytes(p);
+    if (p->o.scale_norm) {
+        for (int j = 0; j < P->m; j++) {
+            int rc = scale_store(p, code + j * sb, (float)r[j]);
+            if (rc) return rc;
+        }
+    } else {
+        /* least-squares radius of each block: <y_j, û_j> */
+        float ones[KVQ_DIM_MAX], u[KVQ_DIM_MAX];
+        for (int j = 0; j < P->m; j++) ones[j] = 1.0f;
+        expand(P, d, idx, ones, u);
+        const int B = 1 << P->L;
+        for (int j = 0; j < P->m; j++) {
+            double s = 0;
+            for (int c = j * B; c < (j + 1) * B; c++) s += (double)y[c] * u[c];
+            int rc = scale_store(p, code + j * sb, (float)(s > 0 ? s : 0));
+            if (rc) return rc;
+        }
+    }
+    pack_angles(P, d, idx, code + (size_t)P->m * sb);
+    return KVQ_OK;
+}
+
+static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
+    const polar_priv *P = p->priv;
+    const size_t sb = scale_bytes(p);
+    float rad[KVQ_DIM_MAX / 2];
+    uint8_t idx[KVQ_DIM_MAX];
+    for (int j = 0; j < P->m; j++) rad[j] = scale_load(p, code + j * sb);
+    unpack_angles(P, p->d, code + (size_t)P->m * sb, idx);
+    expand(P, p->d, idx, rad, y);
+}
+
+/* Score / accumulate: one decode per record, then every query row. Eight
+ * independent partial sums let the compiler vectorise without reassociating. */
+static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    float y[KVQ_DIM_MAX];
+    const int d = p->d;
+    for (size_t i = 0; i < n; i++) {
+        dec(p, codes + i * p->code_bytes, y);
+        for (size_t j = 0; j < nq; j++) {
+            const float *q = qp + j * p->qfloats;
+            float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int c = 0; c < d; c += 8)
+                for (int k = 0; k < 8; k++) s[k] += q[c + k] * y[c + k];
+            scores[j * n + i] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+        }
+    }
+}
+
+static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
+    float y[KVQ_DIM_MAX];
+    const int d = p->d;
+    for (size_t i = 0; i < n; i++) {
+        dec(p, codes + i * p->code_bytes, y);
+        for (size_t j = 0; j < nq; j++) {
+            const float wi = w[j * n + i];
+            if (wi == 0.0f) continue;
+            float *a = acc + j * (size_t)d;
+            for (int c = 0; c < d; c++) a[c] += wi * y[c];
+        }
+    }
+}
+
+static void fini(kvq_plan *p) {
+    free(p->priv);
+    p->priv = NULL;
+}
+
+static int init(kvq_plan *p) {
+    const int d = p->d;
+    int L = 0;
+    while (L < POLAR_LEVELS && (d >> L) % 2 == 0 && (d >> L) > 1) L++;
+    if (L < 1) return KVQ_ERR_UNSUPPORTED_DIM;
+    polar_priv *P = calloc(1, sizeof *P);
+    if (!P) return KVQ_ERR_NOMEM;
+    p->priv = P;
+    P->L = L;
+    P->m = d >> L;
+    size_t bits = 0;
+    for (int l = 1, off = 0; l <= L; l++) {
+        P->b[l] = l == 1 ? p->bits : p->bits - 2;
+        P->off[l] = off;
+        off += d >> l;
+        bits += (size_t)(d >> l) * P->b[l];
+        int rc = polar_angle_codebook(&P->cb[l], l, P->b[l]);
+        if (rc) return rc;
+        for (int k = 0; k < P->cb[l].n; k++) {
+            P->cosc[l][k] = (float)cos((double)P->cb[l].c[k]);
+            P->sinc[l][k] = (float)sin((double)P->cb[l].c[k]);
+            if (l >= 2 && k < P->cb[l].n - 1) P->tant[l][k] = tan((double)P->cb[l].t[k]);
+        }
+    }
+    P->ang_bytes = (bits + 7) / 8;
+    int rc = rot_init(&p->rot, d, p->seed, !p->o.norot, p->isa);
+    if (rc) return rc;
+    p->cb = P->cb[1];
+    if (L >= 2) p->cb2 = P->cb[2];
+    p->rotated = !p->o.norot;
+    p->code_bytes = (size_t)P->m * scale_bytes(p) + P->ang_bytes;
+    p->qfloats = (size_t)d;
+    p->encode = enc;
+    p->decode = dec;
+    p->prep = generic_prep_rot;
+    p->score = score;
+    p->accum = accum;
+    return KVQ_OK;
+}
+
+const kvq_method kvq_method_polar = {"polar", 3, 8, 4, init, fini};
