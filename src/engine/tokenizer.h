@@ -93,7 +93,10 @@ int32_t kvq_tok_eos(const kvq_tokenizer *t); /* -1 if none */
 int32_t kvq_tok_find(const kvq_tokenizer *t, const char *text, size_t len);
 
 /*
- * Tokenizes text[0..len) (UTF-8; invalid bytes are kept as bytes).
+ * Tokenizes text[0..len) (UTF-8; invalid bytes are kept as bytes: byte
+ * tokens <0xXX> in SentencePiece, byte-level characters in BPE; a byte whose
+ * byte-level character is missing from a BPE vocabulary is dropped, as the
+ * reference tokenizer does: SmolLM2 lacks 21 such bytes, e.g. 0x04, 0xC0, 0xFF).
  * add_special: add BOS/EOS as the model's add_bos/add_eos say.
  * parse_special: match CONTROL tokens written in the text (e.g. "<|im_start|>").
  * Writes at most cap ids to out and the total count to *n_out. If the ids do
