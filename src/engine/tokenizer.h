@@ -109,8 +109,10 @@ int kvq_tok_encode(const kvq_tokenizer *t, const char *text, size_t len, int add
 /*
  * The bytes token id stands for, for streaming output (a UTF-8 character may
  * be split across tokens: concatenate the pieces). CONTROL, UNKNOWN and UNUSED
- * tokens give 0 bytes. Writes at most cap bytes (no NUL) and their count to
- * *n_out; if they do not fit returns KVQ_ERR_RANGE with *n_out = the size
+ * tokens give 0 bytes. With add_space_prefix (SentencePiece models other than
+ * Gemma) the first piece of a text starts with the space that encode added.
+ * Writes at most cap bytes (no NUL) and their count to *n_out; if they do
+ * not fit returns KVQ_ERR_RANGE with *n_out = the size
  * needed. Errors: KVQ_ERR_NULL, KVQ_ERR_INVALID_ARG (id out of range).
  */
 int kvq_tok_decode_piece(const kvq_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *n_out);
