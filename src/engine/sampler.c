@@ -105,42 +105,49 @@ int kvq_sampler_accept(kvq_sampler *s, int32_t token) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* max-heap of candidates: higher logit first, lower id on ties               */
+/* candidate order: higher logit first, lower id on ties                     */
 /* ------------------------------------------------------------------------ */
 
 static int before(const kvq_sampler_cand *a, const kvq_sampler_cand *b) {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
 
-static void sift_down(kvq_sampler_cand *h, size_t n, size_t i) {
+static int cmp_cand(const void *x, const void *y) {
+    const kvq_sampler_cand *a = x, *b = y;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+/* Min-heap (the worst candidate at the root) of h[0..n). */
+static void sift_worst(kvq_sampler_cand *h, size_t n, size_t i) {
     kvq_sampler_cand x = h[i];
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n) break;
-        if (c + 1 < n && before(&h[c + 1], &h[c])) c++;
-        if (!before(&h[c], &x)) break;
+        if (c + 1 < n && before(&h[c], &h[c + 1])) c++;
+        if (!before(&x, &h[c])) break;
         h[i] = h[c];
         i = c;
     }
     h[i] = x;
 }
 
-/* In-place heap sort done lazily: rank r (0 = best) ends up at cand[n-1-r]. */
-typedef struct lazy_sorted {
-    kvq_sampler_cand *c;
-    size_t n, heap; /* heap = cand[0..heap) still unsorted */
-} lazy_sorted;
-
-static const kvq_sampler_cand *rank_at(lazy_sorted *L, size_t r) {
-    while (L->n - L->heap <= r) {
-        size_t last = L->heap - 1;
-        kvq_sampler_cand top = L->c[0];
-        L->c[0] = L->c[last];
-        L->heap = last;
-        if (last) sift_down(L->c, last, 0);
-        L->c[last] = top;
+/* Moves the k best of c[0..n) to c[0..k), sorted best first. O(n log k). */
+static void select_top_k(kvq_sampler_cand *c, size_t n, size_t k) {
+    for (size_t i = k / 2; i-- > 0;) sift_worst(c, k, i);
+    for (size_t i = k; i < n; i++) {
+        if (before(&c[i], &c[0])) {
+            c[0] = c[i];
+            sift_worst(c, k, 0);
+        }
     }
-    return &L->c[L->n - 1 - r];
+    qsort(c, k, sizeof *c, cmp_cand);
+}
+
+/* Logit distance below the maximum -> one of NBUCKET buckets of width 1/4. */
+enum { NBUCKET = 128 };
+static int bucket_of(float maxl, float l) {
+    float d = (maxl - l) * 4.0f;
+    return d < (float)(NBUCKET - 1) ? (int)d : NBUCKET - 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -186,6 +193,7 @@ int kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t *out) {
         return KVQ_OK;
     }
 
+    float itemp = 1.0f / temp;
     size_t k = s->p.top_k > 0 && (size_t)s->p.top_k < n ? (size_t)s->p.top_k : n;
     int use_p = s->p.top_p < 1.0f, use_min = s->p.min_p > 0.0f;
     float maxl = -INFINITY;
@@ -195,11 +203,11 @@ int kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t *out) {
     if (k == n && !use_p && !use_min) {
         /* no truncation: one pass over the unsorted candidates */
         double total = 0;
-        for (size_t i = 0; i < n; i++) total += exp((double)(c[i].logit - maxl) / temp);
+        for (size_t i = 0; i < n; i++) total += (double)expf((c[i].logit - maxl) * itemp);
         double u = rng_uniform(s->rng) * total, cum = 0;
         size_t pick = 0;
         for (size_t i = 0; i < n; i++) {
-            double w = exp((double)(c[i].logit - maxl) / temp);
+            double w = (double)expf((c[i].logit - maxl) * itemp);
             if (w <= 0) continue;
             pick = i;
             cum += w;
@@ -209,21 +217,61 @@ int kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t *out) {
         return KVQ_OK;
     }
 
-    /* 3-5. truncations keep a prefix of the candidates by decreasing logit */
-    double zsum = 0;
-    if (use_p && k == n)
-        for (size_t i = 0; i < n; i++) zsum += exp((double)(c[i].logit - maxl));
-    for (size_t i = n / 2; i-- > 0;) sift_down(c, n, i);
-    lazy_sorted L = {c, n, n};
-    size_t m = k; /* kept count */
-    if (use_p) {
-        if (k < n) {
-            zsum = 0;
-            for (size_t r = 0; r < k; r++) zsum += exp((double)(rank_at(&L, r)->logit - maxl));
+    /* 3-5. truncations: the survivors end up in c[0..m) */
+    size_t m = n;
+    if (k < n) {
+        select_top_k(c, n, k); /* sorted best first */
+        m = k;
+        if (use_p) {
+            double zsum = 0, cum = 0;
+            for (size_t r = 0; r < m; r++) zsum += (double)expf(c[r].logit - maxl);
+            double target = (double)s->p.top_p * zsum;
+            for (size_t r = 0; r < m; r++) {
+                cum += (double)expf(c[r].logit - maxl);
+                if (cum >= target) {
+                    m = r + 1;
+                    break;
+                }
+            }
         }
-        double cum = 0, target = (double)s->p.top_p * zsum;
-        for (size_t r = 0; r < k; r++) {
-            cum += exp((double)(rank_at(&L, r)->logit - maxl));
+    } else if (use_p) {
+        /* The mass per bucket of logit distance tells in which bucket j the
+         * cut falls: buckets before j stay whole, only bucket j is sorted. */
+        double mass[NBUCKET] = {0}, zsum = 0;
+        for (size_t i = 0; i < n; i++) {
+            double w = (double)expf(c[i].logit - maxl);
+            zsum += w;
+            mass[bucket_of(maxl, c[i].logit)] += w;
+        }
+        double target = (double)s->p.top_p * zsum, cum = 0;
+        int j = NBUCKET - 1;
+        for (int bk = 0; bk < NBUCKET; bk++) {
+            if (cum + mass[bk] >= target) {
+                j = bk;
+                break;
+            }
+            cum += mass[bk];
+        }
+        size_t a = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (bucket_of(maxl, c[i].logit) < j) {
+                kvq_sampler_cand x = c[a];
+                c[a++] = c[i];
+                c[i] = x;
+            }
+        }
+        size_t e = a;
+        for (size_t i = a; i < n; i++) {
+            if (bucket_of(maxl, c[i].logit) == j) {
+                kvq_sampler_cand x = c[e];
+                c[e++] = c[i];
+                c[i] = x;
+            }
+        }
+        qsort(c + a, e - a, sizeof *c, cmp_cand);
+        m = e; /* if rounding keeps cum below target, the whole bucket stays */
+        for (size_t r = a; r < e; r++) {
+            cum += (double)expf(c[r].logit - maxl);
             if (cum >= target) {
                 m = r + 1;
                 break;
@@ -231,22 +279,23 @@ int kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t *out) {
         }
     }
     if (use_min) {
-        float thr = maxl + logf(s->p.min_p);
-        size_t r = 1; /* the best token always stays */
-        while (r < m && rank_at(&L, r)->logit >= thr) r++;
-        m = r;
+        /* the best token (logit maxl, always among the survivors) passes */
+        float thr = fminf(maxl + logf(s->p.min_p), maxl);
+        size_t w = 0;
+        for (size_t r = 0; r < m; r++)
+            if (c[r].logit >= thr) c[w++] = c[r];
+        m = w;
     }
 
-    /* 6. temperature and the draw over ranks 0..m-1 */
+    /* 6. temperature and the draw over c[0..m) */
     double total = 0;
-    for (size_t r = 0; r < m; r++) total += exp((double)(rank_at(&L, r)->logit - maxl) / temp);
+    for (size_t r = 0; r < m; r++) total += (double)expf((c[r].logit - maxl) * itemp);
     double u = rng_uniform(s->rng) * total, cum = 0;
-    const kvq_sampler_cand *pick = rank_at(&L, 0);
+    const kvq_sampler_cand *pick = &c[0];
     for (size_t r = 0; r < m; r++) {
-        const kvq_sampler_cand *x = rank_at(&L, r);
-        double w = exp((double)(x->logit - maxl) / temp);
+        double w = (double)expf((c[r].logit - maxl) * itemp);
         if (w <= 0) continue;
-        pick = x;
+        pick = &c[r];
         cum += w;
         if (cum > u) break;
     }

@@ -16,8 +16,10 @@
  *      the survivors at temperature 1) whose mass reaches top_p;
  *   5. min-p: keep tokens with probability >= min_p * the highest one;
  *   6. temperature: sample from softmax(logit / temperature) of the survivors.
- * Always at least one token survives. Cost: O(n_vocab) plus O(m log n_vocab)
- * for the m tokens kept by the truncations (a heap, no full sort).
+ * Always at least one token survives. Cost: O(n_vocab) passes plus small
+ * sorts: top-k selects with a k-heap and sorts k; top-p finds the bucket of
+ * logit distance (width 1/4) where the cut falls and sorts that bucket only;
+ * min-p is a threshold. The whole vocabulary is never sorted.
  */
 #ifndef KVQ_ENGINE_SAMPLER_H
 #define KVQ_ENGINE_SAMPLER_H
