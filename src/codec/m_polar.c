@@ -95,19 +95,38 @@ static void pack_angles(const polar_priv *P, int d, const uint8_t *idx, uint8_t 
 }
 
 static void unpack_angles(const polar_priv *P, int d, const uint8_t *in, uint8_t *idx) {
-    uint32_t acc = 0;
-    int nb = 0;
-    size_t o = 0;
+    size_t pos = 0; /* bit position */
     for (int l = 1; l <= P->L; l++) {
         const int cnt = d >> l, b = P->b[l];
-        const uint32_t mask = (1u << b) - 1;
+        const unsigned mask = (1u << b) - 1;
         uint8_t *s = idx + P->off[l];
-        for (int i = 0; i < cnt; i++) {
-            if (nb < b) { acc |= (uint32_t)in[o++] << nb; nb += 8; }
-            s[i] = (uint8_t)(acc & mask);
-            acc >>= b;
-            nb -= b;
+        if ((b == 1 || b == 2 || b == 4 || b == 8) && pos % 8 == 0 && cnt % (8 / b) == 0) {
+            /* whole bytes of 8/b fields: the default levels (4 and 2 bits) */
+            const uint8_t *src = in + pos / 8;
+            switch (b) {
+            case 4:
+                for (int i = 0; i < cnt / 2; i++) s[2 * i] = src[i] & 15, s[2 * i + 1] = src[i] >> 4;
+                break;
+            case 2:
+                for (int i = 0; i < cnt / 4; i++)
+                    for (int k = 0; k < 4; k++) s[4 * i + k] = (src[i] >> (2 * k)) & 3;
+                break;
+            case 1:
+                for (int i = 0; i < cnt / 8; i++)
+                    for (int k = 0; k < 8; k++) s[8 * i + k] = (src[i] >> k) & 1;
+                break;
+            default: memcpy(s, src, (size_t)cnt);
+            }
+        } else {
+            for (int i = 0; i < cnt; i++) {
+                size_t p8 = (pos + (size_t)i * b) >> 3;
+                int sh = (int)((pos + (size_t)i * b) & 7);
+                unsigned v = in[p8];
+                if (sh + b > 8) v |= (unsigned)in[p8 + 1] << 8; /* the field runs into the next byte */
+                s[i] = (uint8_t)((v >> sh) & mask);
+            }
         }
+        pos += (size_t)cnt * b;
     }
 }
 
@@ -143,16 +162,24 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     double r[KVQ_DIM_MAX / 2];
     uint8_t idx[KVQ_DIM_MAX];
     rot_apply(&p->rot, x, y);
-    /* level 1: uniform cells of [0, 2π) */
-    const int n1 = 1 << P->b[1];
-    const double to_cell = n1 / (2 * M_PI);
+    /* level 1: uniform cells of [0, 2π), n1/4 per quadrant. (a, b) is turned
+     * by -q·π/2 into the first quadrant (exact: swaps and negations), then
+     * the cell is q·n1/4 + #{j : b' > a'·tan(2πj/n1)}: floor(θ·n1/2π)
+     * without atan2. */
+    const int qn = (1 << P->b[1]) / 4;
+    const double *t1 = P->tant[1];
     for (int i = 0; i < d / 2; i++) {
-        double a = y[2 * i], b = y[2 * i + 1];
+        const double a = y[2 * i], b = y[2 * i + 1];
+        /* θ ∈ [π, 2π): turn by π; then θ ∈ [π/2, π): turn by -π/2 (selects,
+         * not branches: the signs are random) */
+        const int lo = (b < 0) | ((b == 0) & (a < 0));
+        const double a1 = lo ? -a : a, b1 = lo ? -b : b;
+        const int up = (a1 <= 0) & (b1 > 0);
+        const double ap = up ? b1 : a1, bp = up ? -a1 : b1;
+        int k = (2 * lo + up) * qn;
+        for (int j = 0; j < qn - 1; j++) k += bp >= ap * t1[j];
+        idx[P->off[1] + i] = (uint8_t)k;
         r[i] = sqrt(a * a + b * b);
-        double th = atan2(b, a);
-        if (th < 0) th += 2 * M_PI;
-        int k = (int)(th * to_cell);
-        idx[P->off[1] + i] = (uint8_t)(k < n1 ? k : n1 - 1);
     }
     /* levels >= 2: ψ > t_j  <=>  r_odd > r_even · tan t_j (both >= 0) */
     for (int l = 2; l <= P->L; l++) {
@@ -258,6 +285,8 @@ static int init(kvq_plan *p) {
             P->sinc[l][k] = (float)sin((double)P->cb[l].c[k]);
             if (l >= 2 && k < P->cb[l].n - 1) P->tant[l][k] = tan((double)P->cb[l].t[k]);
         }
+        if (l == 1) /* boundaries 2πj/n1, j = 1 .. n1/4 - 1, inside the first quadrant */
+            for (int j = 1; j < P->cb[1].n / 4; j++) P->tant[1][j - 1] = tan(2 * M_PI * j / P->cb[1].n);
     }
     P->ang_bytes = (bits + 7) / 8;
     int rc = rot_init(&p->rot, d, p->seed, !p->o.norot, p->isa);
