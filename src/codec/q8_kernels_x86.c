@@ -5,10 +5,10 @@
 #include "simd_util.h"
 
 #if KVQ_X86
-static inline float blk_scale(const uint8_t *rec, int b) {
+KVQ_TARGET_AVX2 static inline float blk_scale(const uint8_t *rec, int b) {
     uint16_t h;
     memcpy(&h, rec + 2 * b, 2);
-    return kvq_f16_to_f32(h);
+    return _cvtsh_ss(h);
 }
 
 /* 8 dequantized values at c (AVX2) */
@@ -108,10 +108,47 @@ KVQ_TARGET_AVX512 static void score_avx512(const kvq_plan *p, const float *qp, s
     }
 }
 
+KVQ_TARGET_AVX512 static void accum_avx512(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes,
+                                           size_t n, float *acc) {
+    const int d = p->d, nb = (d + 31) / 32;
+    for (size_t j = 0; j < nq; j++) {
+        const float *wj = w + j * n;
+        float *aj = acc + j * (size_t)d;
+        int c = 0;
+        for (; c + 64 <= d; c += 64) {
+            __m512 a0 = _mm512_loadu_ps(aj + c), a1 = _mm512_loadu_ps(aj + c + 16);
+            __m512 a2 = _mm512_loadu_ps(aj + c + 32), a3 = _mm512_loadu_ps(aj + c + 48);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * p->code_bytes;
+                const int8_t *q = (const int8_t *)(rec + 2 * nb) + c;
+                __m512 w0 = _mm512_set1_ps(wj[i] * blk_scale(rec, c / 32));
+                __m512 w1 = _mm512_set1_ps(wj[i] * blk_scale(rec, c / 32 + 1));
+                a0 = _mm512_fmadd_ps(w0, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), a0);
+                a1 = _mm512_fmadd_ps(w0, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), a1);
+                a2 = _mm512_fmadd_ps(w1, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 32)))), a2);
+                a3 = _mm512_fmadd_ps(w1, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 48)))), a3);
+            }
+            _mm512_storeu_ps(aj + c, a0);
+            _mm512_storeu_ps(aj + c + 16, a1);
+            _mm512_storeu_ps(aj + c + 32, a2);
+            _mm512_storeu_ps(aj + c + 48, a3);
+        }
+        for (; c < d; c += 16) {
+            __m512 a0 = _mm512_loadu_ps(aj + c);
+            for (size_t i = 0; i < n; i++) a0 = _mm512_fmadd_ps(_mm512_set1_ps(wj[i]), q8_vals16(codes + i * p->code_bytes, nb, c), a0);
+            _mm512_storeu_ps(aj + c, a0);
+        }
+    }
+}
+
 void q8_kernels_select(kvq_plan *p) {
-    if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) p->score = score_avx512;
-    else if (p->isa >= KVQ_ISA_AVX2) p->score = score_avx2;
-    if (p->isa >= KVQ_ISA_AVX2) p->accum = accum_avx2;
+    if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
+        p->score = score_avx512;
+        p->accum = accum_avx512;
+    } else if (p->isa >= KVQ_ISA_AVX2) {
+        p->score = score_avx2;
+        p->accum = accum_avx2;
+    }
 }
 #else
 void q8_kernels_select(kvq_plan *p) { (void)p; }

@@ -69,7 +69,7 @@ KVQ_TARGET_AVX512 static inline __m512 vals16(const lut512 *t, const uint8_t *pk
     return lookup16(t, idx);
 }
 
-KVQ_TARGET_AVX512 void tq_score_avx512(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
+KVQ_TARGET_AVX512 static void score512_generic(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
                                        const uint8_t *codes, size_t n, float *scores) {
     if (L->d % 16) { tq_score_avx2(L, qp, qstride, nq, codes, n, scores); return; }
     lut512 t = lut512_make(L);
@@ -97,7 +97,7 @@ KVQ_TARGET_AVX512 void tq_score_avx512(const tq_layout *L, const float *qp, size
     }
 }
 
-KVQ_TARGET_AVX512 void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
+KVQ_TARGET_AVX512 static void accum512_generic(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
                                        size_t n, float *acc) {
     if (L->d % 16 || !direct_ok(L->d, L->b, 16)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
     lut512 t = lut512_make(L);
@@ -131,6 +131,131 @@ KVQ_TARGET_AVX512 void tq_accum_avx512(const tq_layout *L, const float *w, size_
             _mm512_storeu_ps(aj + c, a0);
         }
     }
+}
+
+
+/* ---- specialised kernels: constant d and b, everything unrolled --------- */
+#define AI static inline __attribute__((always_inline))
+
+KVQ_TARGET_AVX512 AI float scale_f16c(const tq_layout *L, const uint8_t *rec) {
+    if (L->scale32) { float s; memcpy(&s, rec + L->scale_off, 4); return s; }
+    uint16_t h;
+    memcpy(&h, rec + L->scale_off, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Indices of coordinates c0..c0+15 (constant d, b: the sub-field loop and the
+ * table reads fold away; loads shared by several groups are merged). */
+KVQ_TARGET_AVX512 AI __m512i idx16_c(const uint8_t *pk, const int d, const int b, const int c0) {
+    __m512i idx = _mm512_setzero_si512();
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
+        const int w = SUBW[b][f], S = d * w / 8;
+        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pk + c0 % S)));
+        if (c0 / S > 0) x = _mm512_srli_epi32(x, (unsigned)(w * (c0 / S)));
+        if (w * (c0 / S) + w < 8) x = _mm512_and_si512(x, _mm512_set1_epi32((1 << w) - 1));
+        idx = shift ? _mm512_or_si512(idx, _mm512_slli_epi32(x, (unsigned)shift)) : x;
+        pk += S;
+        shift += w;
+    }
+    return idx;
+}
+
+KVQ_TARGET_AVX512 AI __m512 lut16_c(__m512i idx, __m512 c0, __m512 c1, const int b) {
+    return b <= 4 ? _mm512_permutexvar_ps(idx, c0) : _mm512_permutex2var_ps(c0, idx, c1);
+}
+
+KVQ_TARGET_AVX512 AI void score_body(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes,
+                                     size_t n, float *scores, const int d, const int b) {
+    const __m512 c0 = _mm512_loadu_ps(L->cb->c), c1 = _mm512_loadu_ps(L->cb->c + 16);
+    const size_t stride = L->stride, io = L->idx_off;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qs;
+        const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * stride, *pk = rec + io;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 16) {
+                __m512 v = lut16_c(idx16_c(pk, d, b, c), c0, c1, b);
+                a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + c), a0);
+                a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q1 + c), a1);
+                a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q2 + c), a2);
+                a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q3 + c), a3);
+            }
+            float s[4];
+            _mm_storeu_ps(s, _mm_mul_ps(hsum4_512(a0, a1, a2, a3), _mm_set1_ps(scale_f16c(L, rec))));
+            size_t m = nq - j0 < 4 ? nq - j0 : 4;
+            for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] = s[j];
+        }
+    }
+}
+
+/* acc rows += w * scale * centroids: 64 coordinates x up to 4 queries held in
+ * 16 registers while the records stream by; each record is decoded once per
+ * 64-coordinate chunk and query group. */
+KVQ_TARGET_AVX512 AI void accum_body(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                     float *acc, const int d, const int b) {
+    const __m512 c0 = _mm512_loadu_ps(L->cb->c), c1 = _mm512_loadu_ps(L->cb->c + 16);
+    const size_t stride = L->stride, io = L->idx_off;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *w0 = w + j0 * n, *w1 = m > 1 ? w0 + n : w0, *w2 = m > 2 ? w0 + 2 * n : w0, *w3 = m > 3 ? w0 + 3 * n : w0;
+        float *r0 = acc + j0 * (size_t)d;
+        for (int c = 0; c < d; c += 64) {
+            const int nv = d - c >= 64 ? 4 : (d - c) / 16;
+            __m512 a[4][4];
+            for (int j = 0; j < 4; j++)
+                for (int k = 0; k < 4; k++) a[j][k] = (j < (int)m && k < nv) ? _mm512_loadu_ps(r0 + j * d + c + 16 * k) : _mm512_setzero_ps();
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * stride, *pk = rec + io;
+                const float g = scale_f16c(L, rec);
+                const __m512 g0 = _mm512_set1_ps(w0[i] * g), g1 = _mm512_set1_ps(w1[i] * g);
+                const __m512 g2 = _mm512_set1_ps(w2[i] * g), g3 = _mm512_set1_ps(w3[i] * g);
+                for (int k = 0; k < 4; k++) {
+                    if (k >= nv) break;
+                    __m512 v = lut16_c(idx16_c(pk, d, b, c + 16 * k), c0, c1, b);
+                    a[0][k] = _mm512_fmadd_ps(g0, v, a[0][k]);
+                    a[1][k] = _mm512_fmadd_ps(g1, v, a[1][k]);
+                    a[2][k] = _mm512_fmadd_ps(g2, v, a[2][k]);
+                    a[3][k] = _mm512_fmadd_ps(g3, v, a[3][k]);
+                }
+            }
+            for (int j = 0; j < (int)m; j++)
+                for (int k = 0; k < nv; k++) _mm512_storeu_ps(r0 + j * d + c + 16 * k, a[j][k]);
+        }
+    }
+}
+
+#define TQ_SPECIALISED(X) X(64, 2) X(64, 4) X(128, 1) X(128, 2) X(128, 3) X(128, 4) X(128, 5) \
+    X(256, 1) X(256, 2) X(256, 3) X(256, 4) X(256, 5) X(512, 2) X(512, 4)
+
+#define DEF_FAST(D, B)                                                                                     \
+    KVQ_TARGET_AVX512 static void score512_##D##_##B(const tq_layout *L, const float *qp, size_t qs, size_t nq, \
+                                                     const uint8_t *codes, size_t n, float *scores) {      \
+        score_body(L, qp, qs, nq, codes, n, scores, D, B);                                                 \
+    }                                                                                                      \
+    KVQ_TARGET_AVX512 static void accum512_##D##_##B(const tq_layout *L, const float *w, size_t nq,         \
+                                                     const uint8_t *codes, size_t n, float *acc) {         \
+        accum_body(L, w, nq, codes, n, acc, D, B);                                                         \
+    }
+TQ_SPECIALISED(DEF_FAST)
+
+KVQ_TARGET_AVX512 void tq_score_avx512(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
+                                       const uint8_t *codes, size_t n, float *scores) {
+    /* specialised kernels read indices straight from the packed bytes */
+#define CASE_S(D, B) if (L->d == D && L->b == B) { score512_##D##_##B(L, qp, qstride, nq, codes, n, scores); return; }
+    if (direct_ok(L->d, L->b, 16)) { TQ_SPECIALISED(CASE_S) }
+#undef CASE_S
+    score512_generic(L, qp, qstride, nq, codes, n, scores);
+}
+
+KVQ_TARGET_AVX512 void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
+                                       size_t n, float *acc) {
+#define CASE_A(D, B) if (L->d == D && L->b == B) { accum512_##D##_##B(L, w, nq, codes, n, acc); return; }
+    if (direct_ok(L->d, L->b, 16)) { TQ_SPECIALISED(CASE_A) }
+#undef CASE_A
+    accum512_generic(L, w, nq, codes, n, acc);
 }
 
 /* Branch-free binary search over the boundaries with vpermps (<= 16 levels):
