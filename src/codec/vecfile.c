@@ -7,7 +7,7 @@
  *   16 u64      count
  *   24 u32      layers   28 u32 heads   32 u32 kind (0 ?, 1 keys, 2 values)
  *   36 u32      reserved (0)
- *   40 u64      FNV-1a 64 of the payload
+ *   40 u64      FNV-1a 64 of the header (this field as zero) then the payload
  *   48 u8[16]   reserved (0)
  * Payload: count * dim values of dtype, row-major.
  */
@@ -51,7 +51,7 @@ int kvq_vecfile_write(const char *path, const kvq_vecfile_info *info, const floa
     put32(hdr + 24, info->layers);
     put32(hdr + 28, info->heads);
     put32(hdr + 32, info->kind);
-    put64(hdr + 40, fnv1a(0xcbf29ce484222325ull, buf, bytes));
+    put64(hdr + 40, fnv1a(fnv1a(0xcbf29ce484222325ull, hdr, HDR), buf, bytes));
     FILE *f = fopen(path, "wb");
     int rc = KVQ_OK;
     if (!f) rc = KVQ_ERR_IO;
@@ -93,7 +93,9 @@ int kvq_vecfile_read(const char *path, kvq_vecfile_info *info, float **out) {
     x = malloc((nv ? nv : 1) * sizeof *x);
     if (!buf || !x) { rc = KVQ_ERR_NOMEM; goto done; }
     if (fseek(f, HDR, SEEK_SET) || fread(buf, 1, bytes, f) != bytes) { rc = KVQ_ERR_TRUNCATED; goto done; }
-    if (fnv1a(0xcbf29ce484222325ull, buf, bytes) != get64(hdr + 40)) { rc = KVQ_ERR_CHECKSUM; goto done; }
+    uint64_t want = get64(hdr + 40);
+    memset(hdr + 40, 0, 8);
+    if (fnv1a(fnv1a(0xcbf29ce484222325ull, hdr, HDR), buf, bytes) != want) { rc = KVQ_ERR_CHECKSUM; goto done; }
     for (size_t i = 0; i < nv; i++) {
         if (in.dtype == KVQ_DTYPE_F32) memcpy(&x[i], buf + 4 * i, 4);
         else {
