@@ -230,6 +230,7 @@ typedef struct kvq_cache_config {
     int compress_sliding;      /* 0 (default): sliding-window layers stay f16 */
     int outlier_calib_tokens;  /* tokens seen before +outliers channels are chosen (0 = 128) */
     uint64_t seed;             /* seed of rotations/projections (per layer and head derived from it) */
+    int reference_kernels;     /* 1: scalar reference kernels everywhere (tests); 0: best for the CPU */
 } kvq_cache_config;
 
 /* Creates an empty cache. Spec errors are reported as by kvq_plan_create. */
