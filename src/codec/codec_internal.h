@@ -22,6 +22,7 @@ typedef struct kvq_rotation {
     int d;
     float *signs; /* 2 x d, +-1: the two Hadamard rounds' signs s1, s2 */
     float *mat;   /* d x d row-major orthogonal Q (dense): y = Q x */
+    float *mat_t; /* Q^T, row-major, for the inverse */
     kvq_isa isa;
 } kvq_rotation;
 
@@ -36,6 +37,9 @@ void rot_apply_inv(const kvq_rotation *r, const float *y, float *x);
 void fwht_ref(float *x, int n);
 void fwht_avx2(float *x, int n);
 void fwht_avx512(float *x, int n);
+
+/* y = M x for row-major rows x cols M, cols % 8 == 0 (matvec.c). */
+void matvec(const float *m, int rows, int cols, const float *x, float *y, kvq_isa isa);
 
 /* ---- Lloyd-Max codebooks (lloyd_max.c) ---------------------------------- */
 typedef enum { DENS_GAUSS = 0, DENS_LAPLACE = 1, DENS_SPHERE = 2 } kvq_density;

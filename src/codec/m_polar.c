@@ -61,7 +61,9 @@
 #include <string.h>
 
 #include "codec_internal.h"
+#include "cpu.h"
 #include "polar_cb.h"
+#include "simd_util.h" /* immintrin.h on x86 */
 
 #define POLAR_LEVELS 4
 #define POLAR_NMAX 256 /* 2^8 centroids at most */
@@ -257,6 +259,103 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
     }
 }
 
+/* ---- AVX2 kernels (also used by AVX-512 plans) ---------------------------------
+ * Decode: indices unpacked as in the scalar path, then each level expands 8
+ * radii at a time: cos/sin centroids by a register permute (<= 8 entries),
+ * two permutes and a blend (<= 16) or a gather (more), products, interleave.
+ * Only multiplications, as in expand(): the decode is bit-identical to the
+ * scalar one. Score / accumulate use FMA (rounding differs from the scalar
+ * reference by a few ulps; test_polar compares them). */
+#if KVQ_X86
+KVQ_TARGET_AVX2 static inline __m256 lut_avx2(const float *tab, int n, __m256i k) {
+    if (n <= 8) return _mm256_permutevar8x32_ps(_mm256_loadu_ps(tab), k);
+    if (n <= 16) {
+        __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(tab), k);
+        __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(tab + 8), k);
+        return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)));
+    }
+    return _mm256_i32gather_ps(tab, k, 4);
+}
+
+/* out[2i] = cur[i]·cos[s[i]], out[2i+1] = cur[i]·sin[s[i]], i < cnt */
+KVQ_TARGET_AVX2 static void level_avx2(const float *cur, const uint8_t *s, const float *cs, const float *sn, int n,
+                                       int cnt, float *out) {
+    int i = 0;
+    for (; i + 8 <= cnt; i += 8) {
+        __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
+        __m256 r = _mm256_loadu_ps(cur + i);
+        __m256 e = _mm256_mul_ps(r, lut_avx2(cs, n, k)), o = _mm256_mul_ps(r, lut_avx2(sn, n, k));
+        __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+        _mm256_storeu_ps(out + 2 * i, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(out + 2 * i + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    for (; i < cnt; i++) {
+        out[2 * i] = cur[i] * cs[s[i]];
+        out[2 * i + 1] = cur[i] * sn[s[i]];
+    }
+}
+
+KVQ_TARGET_AVX2 static void dec_avx2(const kvq_plan *p, const uint8_t *code, float *y) {
+    const polar_priv *P = p->priv;
+    const int d = p->d;
+    const size_t sb = scale_bytes(p);
+    float bufa[KVQ_DIM_MAX / 2], bufb[KVQ_DIM_MAX / 2];
+    uint8_t idx[KVQ_DIM_MAX + 8];
+    int j = 0;
+    if (!p->o.scale32)
+        for (; j + 8 <= P->m; j += 8)
+            _mm256_storeu_ps(bufa + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(code + 2 * j))));
+    for (; j < P->m; j++) bufa[j] = scale_load(p, code + j * sb);
+    unpack_angles(P, d, code + (size_t)P->m * sb, idx);
+    float *cur = bufa, *nxt = bufb;
+    for (int l = P->L; l >= 2; l--) {
+        level_avx2(cur, idx + P->off[l], P->cosc[l], P->sinc[l], P->cb[l].n, d >> l, nxt);
+        float *t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    level_avx2(cur, idx + P->off[1], P->cosc[1], P->sinc[1], P->cb[1].n, d / 2, y);
+}
+
+KVQ_TARGET_AVX2 static inline float dot_avx2(const float *q, const float *y, int d) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= d; c += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(y + c), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), _mm256_loadu_ps(y + c + 8), a1);
+    }
+    if (c < d) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(y + c), a0); /* d % 8 == 0 */
+    return hsum_256(_mm256_add_ps(a0, a1));
+}
+
+KVQ_TARGET_AVX2 static void score_avx2(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                                       float *scores) {
+    float y[KVQ_DIM_MAX];
+    const int d = p->d;
+    for (size_t i = 0; i < n; i++) {
+        dec_avx2(p, codes + i * p->code_bytes, y);
+        for (size_t j = 0; j < nq; j++) scores[j * n + i] = dot_avx2(qp + j * p->qfloats, y, d);
+    }
+}
+
+KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                       float *acc) {
+    float y[KVQ_DIM_MAX];
+    const int d = p->d;
+    for (size_t i = 0; i < n; i++) {
+        dec_avx2(p, codes + i * p->code_bytes, y);
+        for (size_t j = 0; j < nq; j++) {
+            const float wi = w[j * n + i];
+            if (wi == 0.0f) continue;
+            const __m256 vw = _mm256_set1_ps(wi);
+            float *a = acc + j * (size_t)d;
+            for (int c = 0; c < d; c += 8)
+                _mm256_storeu_ps(a + c, _mm256_fmadd_ps(vw, _mm256_loadu_ps(y + c), _mm256_loadu_ps(a + c)));
+        }
+    }
+}
+#endif
+
 static void fini(kvq_plan *p) {
     free(p->priv);
     p->priv = NULL;
@@ -301,6 +400,13 @@ static int init(kvq_plan *p) {
     p->prep = generic_prep_rot;
     p->score = score;
     p->accum = accum;
+#if KVQ_X86
+    if (p->isa >= KVQ_ISA_AVX2) {
+        p->decode = dec_avx2;
+        p->score = score_avx2;
+        p->accum = accum_avx2;
+    }
+#endif
     return KVQ_OK;
 }
 

@@ -21,15 +21,7 @@ int qjl_init_matrix(kvq_plan *p) {
     return KVQ_OK;
 }
 
-void qjl_project(const kvq_plan *p, const float *x, float *out) {
-    const int d = p->d;
-    for (int j = 0; j < p->qjl_m; j++) {
-        const float *s = p->S + (size_t)j * d;
-        float acc = 0;
-        for (int c = 0; c < d; c++) acc += s[c] * x[c];
-        out[j] = acc;
-    }
-}
+void qjl_project(const kvq_plan *p, const float *x, float *out) { matvec(p->S, p->qjl_m, p->d, x, out, p->isa); }
 
 void qjl_signs(const kvq_plan *p, const float *r, uint8_t *bits) {
     float proj[4096];

@@ -144,57 +144,27 @@ int rot_init(kvq_rotation *r, int d, uint64_t seed, int enabled, kvq_isa isa) {
     r->kind = ROT_DENSE;
     r->mat = malloc((size_t)d * d * sizeof *r->mat);
     if (!r->mat) return KVQ_ERR_NOMEM;
+    r->mat_t = malloc((size_t)d * d * sizeof *r->mat_t);
+    if (!r->mat_t) return KVQ_ERR_NOMEM;
     int rc = haar_matrix(r->mat, d, rng_u64(&rng));
-    if (rc) { free(r->mat); r->mat = NULL; }
-    return rc;
+    if (rc) return rc;
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) r->mat_t[(size_t)j * d + i] = r->mat[(size_t)i * d + j];
+    return KVQ_OK;
 }
 
 void rot_free(kvq_rotation *r) {
     free(r->signs);
     free(r->mat);
+    free(r->mat_t);
     r->signs = NULL;
-    r->mat = NULL;
-}
-
-#if KVQ_X86
-/* y = M x or y = M^T x for a dense d x d matrix (d % 8 == 0). */
-KVQ_TARGET_AVX2 static void matvec_avx2(const float *m, const float *x, float *y, int d, int transpose) {
-    if (!transpose) {
-        for (int i = 0; i < d; i++) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int j = 0; j < d; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(m + (size_t)i * d + j), _mm256_loadu_ps(x + j), acc);
-            __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            y[i] = _mm_cvtss_f32(s);
-        }
-    } else {
-        for (int j = 0; j < d; j += 8) _mm256_storeu_ps(y + j, _mm256_setzero_ps());
-        for (int i = 0; i < d; i++) {
-            __m256 xi = _mm256_set1_ps(x[i]);
-            for (int j = 0; j < d; j += 8)
-                _mm256_storeu_ps(y + j, _mm256_fmadd_ps(xi, _mm256_loadu_ps(m + (size_t)i * d + j), _mm256_loadu_ps(y + j)));
-        }
-    }
-}
-#endif
-
-static void matvec_ref(const float *m, const float *x, float *y, int d, int transpose) {
-    for (int i = 0; i < d; i++) {
-        float acc = 0;
-        if (!transpose) for (int j = 0; j < d; j++) acc += m[(size_t)i * d + j] * x[j];
-        else for (int j = 0; j < d; j++) acc += m[(size_t)j * d + i] * x[j];
-        y[i] = acc;
-    }
+    r->mat = r->mat_t = NULL;
 }
 
 static void dense_apply(const kvq_rotation *r, const float *x, float *y, int transpose) {
     float tmp[KVQ_DIM_MAX];
     memcpy(tmp, x, (size_t)r->d * sizeof *tmp);
-#if KVQ_X86
-    if (r->isa >= KVQ_ISA_AVX2) { matvec_avx2(r->mat, tmp, y, r->d, transpose); return; }
-#endif
-    matvec_ref(r->mat, tmp, y, r->d, transpose);
+    matvec(transpose ? r->mat_t : r->mat, r->d, r->d, tmp, y, r->isa);
 }
 
 void rot_apply(const kvq_rotation *r, const float *x, float *y) {
