@@ -14,6 +14,7 @@ typedef struct {
 /* One row per subcommand. */
 static const subcommand SUBCOMMANDS[] = {
     {"codec-bench", cmd_codec_bench, "measure every codec method on Gaussian, Laplacian or dumped K/V vectors"},
+    {"attn-bench", cmd_attn_bench, "decode attention on a compressed cache vs the f16 cache: time, error, memory"},
 };
 
 static void usage(FILE *f) {

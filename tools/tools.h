@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 int cmd_codec_bench(int argc, char **argv);
+int cmd_attn_bench(int argc, char **argv);
 
 /* Monotonic wall-clock seconds. */
 double tool_now(void);
