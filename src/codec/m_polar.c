@@ -49,12 +49,17 @@
  * bits), ..., level L], padded to a whole byte:
  *   code_bytes = m·2 + ceil((B·d/2 + (B-2)·(d/2 - m)) / 8).
  *
- * Quantizing: level 1 by θ = atan2 and a floor (uniform cells); levels >= 2
- * without trigonometry, by counting the boundaries t_j with
- * r_2i+1 > r_2i · tan t_j (the nearest centroid in angle). Decoding walks the
- * levels down multiplying by cos/sin tables of the centroids. Score and
- * accumulate decode one record at a time to a stack buffer (the rotated
- * domain) and take dot products / axpys there.
+ * Kernels. Encode: level 1 without atan2 (the pair is turned into the first
+ * quadrant by swaps and negations, then the boundaries 2πj/n below it are
+ * counted with b' >= a'·tan(2πj/n)); levels >= 2 count boundaries with
+ * r_odd > r_even·tan t_j; all in float, so the AVX2 encoder (8 pairs at a
+ * time, the same operations) writes the same bytes as the scalar one.
+ * Decode walks the levels down multiplying by cos/sin tables of the
+ * centroids (AVX2: indices cut from the bitstream with variable shifts,
+ * table lookups by register permutes, bit-identical to the scalar decode).
+ * Score and accumulate decode one record at a time to a stack buffer (the
+ * rotated domain) and take dot products / axpys there. AVX-512 plans use the
+ * AVX2 kernels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -74,9 +79,12 @@ typedef struct {
     int b[POLAR_LEVELS + 1];   /* bits per level (1-based) */
     int off[POLAR_LEVELS + 1]; /* first angle of level l in the angle order */
     size_t ang_bytes;   /* bytes of the angle bitstream */
+    size_t bitoff[POLAR_LEVELS + 1]; /* first bit of level l in the bitstream */
     kvq_codebook cb[POLAR_LEVELS + 1];
     float cosc[POLAR_LEVELS + 1][POLAR_NMAX], sinc[POLAR_LEVELS + 1][POLAR_NMAX];
-    double tant[POLAR_LEVELS + 1][POLAR_NMAX]; /* tan of the boundaries, levels >= 2 */
+    /* level 1: tan(2πj/n1), j = 1 .. n1/4 - 1 (boundaries inside a quadrant);
+     * levels >= 2: tan t_j of the n - 1 codebook boundaries */
+    float tant[POLAR_LEVELS + 1][POLAR_NMAX];
 } polar_priv;
 
 /* ---- bitstream of angle indices -------------------------------------------- */
@@ -157,48 +165,53 @@ static void expand(const polar_priv *P, int d, const uint8_t *idx, const float *
     }
 }
 
-static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
-    const polar_priv *P = p->priv;
-    const int d = p->d;
-    float y[KVQ_DIM_MAX];
-    double r[KVQ_DIM_MAX / 2];
-    uint8_t idx[KVQ_DIM_MAX];
-    rot_apply(&p->rot, x, y);
-    /* level 1: uniform cells of [0, 2π), n1/4 per quadrant. (a, b) is turned
-     * by -q·π/2 into the first quadrant (exact: swaps and negations), then
-     * the cell is q·n1/4 + #{j : b' > a'·tan(2πj/n1)}: floor(θ·n1/2π)
-     * without atan2. */
+/*
+ * Quantization of the angles (all in float; the AVX2 version performs the
+ * same IEEE operations in the same order, so both give the same bytes).
+ * Level 1: uniform cells of [0, 2π), n1/4 per quadrant. (a, b) is turned by
+ * -q·π/2 into the first quadrant (exact: swaps and negations), and the cell is
+ * q·n1/4 + #{j : b' >= a'·tan(2πj/n1)} = floor(θ·n1/2π), without atan2.
+ * Levels >= 2: ψ > t_j <=> r_odd > r_even·tan t_j (both >= 0).
+ * Radii: r = sqrt(a·a + b·b). Writes idx (angle order) and the m final radii.
+ */
+static void quantize_scalar(const polar_priv *P, int d, const float *y, uint8_t *idx, float *rfin) {
+    float r[KVQ_DIM_MAX / 2];
     const int qn = (1 << P->b[1]) / 4;
-    const double *t1 = P->tant[1];
+    const float *t1 = P->tant[1];
     for (int i = 0; i < d / 2; i++) {
-        const double a = y[2 * i], b = y[2 * i + 1];
-        /* θ ∈ [π, 2π): turn by π; then θ ∈ [π/2, π): turn by -π/2 (selects,
-         * not branches: the signs are random) */
+        const float a = y[2 * i], b = y[2 * i + 1];
+        /* θ ∈ [π, 2π): turn by π; then θ ∈ [π/2, π): turn by -π/2 */
         const int lo = (b < 0) | ((b == 0) & (a < 0));
-        const double a1 = lo ? -a : a, b1 = lo ? -b : b;
+        const float a1 = lo ? -a : a, b1 = lo ? -b : b;
         const int up = (a1 <= 0) & (b1 > 0);
-        const double ap = up ? b1 : a1, bp = up ? -a1 : b1;
+        const float ap = up ? b1 : a1, bp = up ? -a1 : b1;
         int k = (2 * lo + up) * qn;
         for (int j = 0; j < qn - 1; j++) k += bp >= ap * t1[j];
         idx[P->off[1] + i] = (uint8_t)k;
-        r[i] = sqrt(a * a + b * b);
+        r[i] = sqrtf(a * a + b * b);
     }
-    /* levels >= 2: ψ > t_j  <=>  r_odd > r_even · tan t_j (both >= 0) */
     for (int l = 2; l <= P->L; l++) {
-        const int cnt = d >> l, nt = (1 << P->b[l]) - 1;
-        const double *tt = P->tant[l];
+        const int cnt = d >> l, nt = P->cb[l].n - 1;
+        const float *tt = P->tant[l];
         for (int i = 0; i < cnt; i++) {
-            double a = r[2 * i], b = r[2 * i + 1];
+            const float a = r[2 * i], b = r[2 * i + 1];
             int k = 0;
             for (int j = 0; j < nt; j++) k += b > a * tt[j];
             idx[P->off[l] + i] = (uint8_t)k;
-            r[i] = sqrt(a * a + b * b);
+            r[i] = sqrtf(a * a + b * b);
         }
     }
+    memcpy(rfin, r, (size_t)P->m * sizeof *r);
+}
+
+/* Radii (exact or least-squares) and the bitstream. */
+static int finish(const kvq_plan *p, const float *y, const uint8_t *idx, const float *rfin, uint8_t *code) {
+    const polar_priv *P = p->priv;
+    const int d = p->d;
     const size_t sb = scale_bytes(p);
     if (p->o.scale_norm) {
         for (int j = 0; j < P->m; j++) {
-            int rc = scale_store(p, code + j * sb, (float)r[j]);
+            int rc = scale_store(p, code + j * sb, rfin[j]);
             if (rc) return rc;
         }
     } else {
@@ -210,12 +223,21 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
         for (int j = 0; j < P->m; j++) {
             double s = 0;
             for (int c = j * B; c < (j + 1) * B; c++) s += (double)y[c] * u[c];
+            if (!isfinite(rfin[j])) s = INFINITY; /* a radius beyond float: KVQ_ERR_RANGE */
             int rc = scale_store(p, code + j * sb, (float)(s > 0 ? s : 0));
             if (rc) return rc;
         }
     }
     pack_angles(P, d, idx, code + (size_t)P->m * sb);
     return KVQ_OK;
+}
+
+static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
+    float y[KVQ_DIM_MAX], rfin[KVQ_DIM_MAX / 2];
+    uint8_t idx[KVQ_DIM_MAX];
+    rot_apply(&p->rot, x, y);
+    quantize_scalar(p->priv, p->d, y, idx, rfin);
+    return finish(p, y, idx, rfin, code);
 }
 
 static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
@@ -277,21 +299,38 @@ KVQ_TARGET_AVX2 static inline __m256 lut_avx2(const float *tab, int n, __m256i k
     return _mm256_i32gather_ps(tab, k, 4);
 }
 
-/* out[2i] = cur[i]·cos[s[i]], out[2i+1] = cur[i]·sin[s[i]], i < cnt */
-KVQ_TARGET_AVX2 static void level_avx2(const float *cur, const uint8_t *s, const float *cs, const float *sn, int n,
-                                       int cnt, float *out) {
+/*
+ * One level of the decode: out[2i] = cur[i]·cos[k_i], out[2i+1] = cur[i]·sin[k_i]
+ * for the cnt indices k_i of b bits starting at bit `pos` of bs (the record's
+ * bitstream copied into a buffer with 8 zero bytes of padding). 8 fields are
+ * 8b bits: one 64-bit load shifted by pos % 8 (sh + 8b <= 64: b <= 7, or
+ * b = 8 on level 1 whose chunks start on bytes) and split into two 32-bit
+ * halves of 4 fields, then a variable shift per lane.
+ */
+KVQ_TARGET_AVX2 static void level_avx2(const float *cur, const uint8_t *bs, size_t pos, int b, const float *cs,
+                                       const float *sn, int n, int cnt, float *out) {
+    const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 0, b, 2 * b, 3 * b);
+    const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
     int i = 0;
-    for (; i + 8 <= cnt; i += 8) {
-        __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
+    for (; i + 8 <= cnt; i += 8, pos += 8 * (size_t)b) {
+        uint64_t w;
+        memcpy(&w, bs + (pos >> 3), 8);
+        w >>= pos & 7;
+        __m256i v = _mm256_setr_epi32((int)(uint32_t)w, (int)(uint32_t)w, (int)(uint32_t)w, (int)(uint32_t)w,
+                                      (int)(uint32_t)(w >> (4 * b)), (int)(uint32_t)(w >> (4 * b)),
+                                      (int)(uint32_t)(w >> (4 * b)), (int)(uint32_t)(w >> (4 * b)));
+        __m256i k = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask);
         __m256 r = _mm256_loadu_ps(cur + i);
         __m256 e = _mm256_mul_ps(r, lut_avx2(cs, n, k)), o = _mm256_mul_ps(r, lut_avx2(sn, n, k));
         __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
         _mm256_storeu_ps(out + 2 * i, _mm256_permute2f128_ps(lo, hi, 0x20));
         _mm256_storeu_ps(out + 2 * i + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
-    for (; i < cnt; i++) {
-        out[2 * i] = cur[i] * cs[s[i]];
-        out[2 * i + 1] = cur[i] * sn[s[i]];
+    for (; i < cnt; i++, pos += (size_t)b) {
+        unsigned v = (bs[pos >> 3] | (unsigned)bs[(pos >> 3) + 1] << 8) >> (pos & 7);
+        unsigned k = v & ((1u << b) - 1);
+        out[2 * i] = cur[i] * cs[k];
+        out[2 * i + 1] = cur[i] * sn[k];
     }
 }
 
@@ -300,21 +339,110 @@ KVQ_TARGET_AVX2 static void dec_avx2(const kvq_plan *p, const uint8_t *code, flo
     const int d = p->d;
     const size_t sb = scale_bytes(p);
     float bufa[KVQ_DIM_MAX / 2], bufb[KVQ_DIM_MAX / 2];
-    uint8_t idx[KVQ_DIM_MAX + 8];
+    uint8_t bs[KVQ_DIM_MAX + 16];
+    memcpy(bs, code + (size_t)P->m * sb, P->ang_bytes);
+    memset(bs + P->ang_bytes, 0, 8);
     int j = 0;
     if (!p->o.scale32)
         for (; j + 8 <= P->m; j += 8)
             _mm256_storeu_ps(bufa + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(code + 2 * j))));
     for (; j < P->m; j++) bufa[j] = scale_load(p, code + j * sb);
-    unpack_angles(P, d, code + (size_t)P->m * sb, idx);
     float *cur = bufa, *nxt = bufb;
     for (int l = P->L; l >= 2; l--) {
-        level_avx2(cur, idx + P->off[l], P->cosc[l], P->sinc[l], P->cb[l].n, d >> l, nxt);
+        level_avx2(cur, bs, P->bitoff[l], P->b[l], P->cosc[l], P->sinc[l], P->cb[l].n, d >> l, nxt);
         float *t = cur;
         cur = nxt;
         nxt = t;
     }
-    level_avx2(cur, idx + P->off[1], P->cosc[1], P->sinc[1], P->cb[1].n, d / 2, y);
+    level_avx2(cur, bs, 0, P->b[1], P->cosc[1], P->sinc[1], P->cb[1].n, d / 2, y);
+}
+
+/* Deinterleaves 8 pairs: *a = [p0.a .. p7.a], *b = [p0.b .. p7.b]. */
+KVQ_TARGET_AVX2 static inline void pairs_avx2(const float *src, __m256 *a, __m256 *b) {
+    __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
+    __m256 ea = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)); /* a0 a1 a4 a5 | a2 a3 a6 a7 */
+    __m256 eb = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
+    *a = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ea), 0xD8));
+    *b = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(eb), 0xD8));
+}
+
+KVQ_TARGET_AVX2 static inline void store_idx8(uint8_t *dst, __m256i k) {
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+    _mm_storel_epi64((__m128i *)dst, _mm_packus_epi16(w, w));
+}
+
+/* quantize_scalar() 8 pairs at a time, the same float operations. */
+KVQ_TARGET_AVX2 static void quantize_avx2(const polar_priv *P, int d, const float *y, uint8_t *idx, float *rfin) {
+    float ra[KVQ_DIM_MAX / 2], rb[KVQ_DIM_MAX / 2];
+    const int qn = (1 << P->b[1]) / 4, qsh = P->b[1] - 2;
+    const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= d / 2; i += 8) {
+        __m256 a, b;
+        pairs_avx2(y + 2 * i, &a, &b);
+        __m256 lo = _mm256_or_ps(_mm256_cmp_ps(b, zero, _CMP_LT_OQ),
+                                 _mm256_and_ps(_mm256_cmp_ps(b, zero, _CMP_EQ_OQ), _mm256_cmp_ps(a, zero, _CMP_LT_OQ)));
+        __m256 a1 = _mm256_xor_ps(a, _mm256_and_ps(lo, sign)), b1 = _mm256_xor_ps(b, _mm256_and_ps(lo, sign));
+        __m256 up = _mm256_and_ps(_mm256_cmp_ps(a1, zero, _CMP_LE_OQ), _mm256_cmp_ps(b1, zero, _CMP_GT_OQ));
+        __m256 ap = _mm256_blendv_ps(a1, b1, up), bp = _mm256_blendv_ps(b1, _mm256_xor_ps(a1, sign), up);
+        /* (2·lo + up)·qn with lo, up = -1 masks */
+        __m256i q = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                     _mm256_add_epi32(_mm256_add_epi32(_mm256_castps_si256(lo), _mm256_castps_si256(lo)),
+                                                      _mm256_castps_si256(up)));
+        __m256i k = _mm256_slli_epi32(q, qsh);
+        for (int j = 0; j < qn - 1; j++) {
+            __m256 c = _mm256_cmp_ps(bp, _mm256_mul_ps(ap, _mm256_set1_ps(P->tant[1][j])), _CMP_GE_OQ);
+            k = _mm256_sub_epi32(k, _mm256_castps_si256(c));
+        }
+        store_idx8(idx + P->off[1] + i, k);
+        _mm256_storeu_ps(ra + i, _mm256_sqrt_ps(_mm256_add_ps(_mm256_mul_ps(a, a), _mm256_mul_ps(b, b))));
+    }
+    for (; i < d / 2; i++) { /* tail (d = 8·odd) as in quantize_scalar */
+        const float a = y[2 * i], b = y[2 * i + 1];
+        const int lo = (b < 0) | ((b == 0) & (a < 0));
+        const float a1 = lo ? -a : a, b1 = lo ? -b : b;
+        const int up = (a1 <= 0) & (b1 > 0);
+        const float ap = up ? b1 : a1, bp = up ? -a1 : b1;
+        int k = (2 * lo + up) * qn;
+        for (int j = 0; j < qn - 1; j++) k += bp >= ap * P->tant[1][j];
+        idx[P->off[1] + i] = (uint8_t)k;
+        ra[i] = sqrtf(a * a + b * b);
+    }
+    float *cur = ra, *nxt = rb;
+    for (int l = 2; l <= P->L; l++) {
+        const int cnt = d >> l, nt = P->cb[l].n - 1;
+        const float *tt = P->tant[l];
+        i = 0;
+        for (; i + 8 <= cnt; i += 8) {
+            __m256 a, b;
+            pairs_avx2(cur + 2 * i, &a, &b);
+            __m256i k = _mm256_setzero_si256();
+            for (int j = 0; j < nt; j++)
+                k = _mm256_sub_epi32(
+                    k, _mm256_castps_si256(_mm256_cmp_ps(b, _mm256_mul_ps(a, _mm256_set1_ps(tt[j])), _CMP_GT_OQ)));
+            store_idx8(idx + P->off[l] + i, k);
+            _mm256_storeu_ps(nxt + i, _mm256_sqrt_ps(_mm256_add_ps(_mm256_mul_ps(a, a), _mm256_mul_ps(b, b))));
+        }
+        for (; i < cnt; i++) {
+            const float a = cur[2 * i], b = cur[2 * i + 1];
+            int k = 0;
+            for (int j = 0; j < nt; j++) k += b > a * tt[j];
+            idx[P->off[l] + i] = (uint8_t)k;
+            nxt[i] = sqrtf(a * a + b * b);
+        }
+        float *t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    memcpy(rfin, cur, (size_t)P->m * sizeof *cur);
+}
+
+KVQ_TARGET_AVX2 static int enc_avx2(const kvq_plan *p, const float *x, uint8_t *code) {
+    float y[KVQ_DIM_MAX], rfin[KVQ_DIM_MAX / 2];
+    uint8_t idx[KVQ_DIM_MAX + 8];
+    rot_apply(&p->rot, x, y);
+    quantize_avx2(p->priv, p->d, y, idx, rfin);
+    return finish(p, y, idx, rfin, code);
 }
 
 KVQ_TARGET_AVX2 static inline float dot_avx2(const float *q, const float *y, int d) {
@@ -375,6 +503,7 @@ static int init(kvq_plan *p) {
     for (int l = 1, off = 0; l <= L; l++) {
         P->b[l] = l == 1 ? p->bits : p->bits - 2;
         P->off[l] = off;
+        P->bitoff[l] = bits;
         off += d >> l;
         bits += (size_t)(d >> l) * P->b[l];
         int rc = polar_angle_codebook(&P->cb[l], l, P->b[l]);
@@ -382,10 +511,10 @@ static int init(kvq_plan *p) {
         for (int k = 0; k < P->cb[l].n; k++) {
             P->cosc[l][k] = (float)cos((double)P->cb[l].c[k]);
             P->sinc[l][k] = (float)sin((double)P->cb[l].c[k]);
-            if (l >= 2 && k < P->cb[l].n - 1) P->tant[l][k] = tan((double)P->cb[l].t[k]);
+            if (l >= 2 && k < P->cb[l].n - 1) P->tant[l][k] = (float)tan((double)P->cb[l].t[k]);
         }
-        if (l == 1) /* boundaries 2πj/n1, j = 1 .. n1/4 - 1, inside the first quadrant */
-            for (int j = 1; j < P->cb[1].n / 4; j++) P->tant[1][j - 1] = tan(2 * M_PI * j / P->cb[1].n);
+        if (l == 1)
+            for (int j = 1; j < P->cb[1].n / 4; j++) P->tant[1][j - 1] = (float)tan(2 * M_PI * j / P->cb[1].n);
     }
     P->ang_bytes = (bits + 7) / 8;
     int rc = rot_init(&p->rot, d, p->seed, !p->o.norot, p->isa);
@@ -402,6 +531,7 @@ static int init(kvq_plan *p) {
     p->accum = accum;
 #if KVQ_X86
     if (p->isa >= KVQ_ISA_AVX2) {
+        p->encode = enc_avx2;
         p->decode = dec_avx2;
         p->score = score_avx2;
         p->accum = accum_avx2;
