@@ -50,7 +50,9 @@ static void *worker_main(void *varg) {
     kvq_pool *p = wa->pool;
     int index = wa->index;
     free(wa);
-    unsigned seen = atomic_load_explicit(&p->generation, memory_order_acquire);
+    /* generation is 0 when the pool is created: reading it here instead would
+     * miss a first region started before this thread ran (deadlock) */
+    unsigned seen = 0;
     for (;;) {
         unsigned g;
         int spins = 0;
