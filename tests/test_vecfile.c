@@ -44,6 +44,8 @@ int main(void) {
     kvq_vecfile_info in = {d, n, KVQ_DTYPE_F16, 0, 0, 0}, out;
     CHECK_OK(kvq_vecfile_write(path, &in, x));
     long size = file_size(path);
+    CHECK(size > 64, "file size %ld", size);
+    if (size <= 64) return tu_finish("test_vecfile");
     unsigned char *orig = malloc((size_t)size);
     FILE *f = fopen(path, "rb");
     CHECK(fread(orig, 1, (size_t)size, f) == (size_t)size, "read back");

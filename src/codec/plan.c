@@ -210,7 +210,7 @@ int kvq_spec_needs_calibration(const char *spec, int *needs) {
 
 void kvq_plan_free(kvq_plan *p) {
     if (!p) return;
-    if (p->inner) free(p->priv); /* +outliers owns priv, not the method */
+    if (p->o.outliers) free(p->priv); /* +outliers owns priv, not the method */
     else if (p->m && p->m->fini) p->m->fini(p);
     rot_free(&p->rot);
     free(p->S);
