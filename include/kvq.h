@@ -214,6 +214,8 @@ int kvq_unrotate(const kvq_plan *plan, const float *acc, float *out);
  * One cache per model: per layer, all KV heads in one paged structure. Keys
  * are appended after RoPE. Positions are absolute token indices; all layers
  * hold the same number of tokens once a step has been appended everywhere.
+ * Layout, policies and memory accounting: docs/CACHE.md. A cache is used by
+ * one caller at a time (attend keeps its scratch in the cache).
  */
 typedef struct kvq_cache kvq_cache;
 
@@ -233,13 +235,21 @@ typedef struct kvq_cache_config {
     int reference_kernels;     /* 1: scalar reference kernels everywhere (tests); 0: best for the CPU */
 } kvq_cache_config;
 
-/* Creates an empty cache. Spec errors are reported as by kvq_plan_create. */
+/*
+ * Creates an empty cache. Spec errors are reported as by kvq_plan_create;
+ * KVQ_ERR_NO_DECODE if v_spec is a key-only method (qjl, tq-prod);
+ * KVQ_ERR_INVALID_ARG for counts/windows out of range or an f16 layer index
+ * out of [0, n_layers).
+ */
 int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg);
 void kvq_cache_free(kvq_cache *cache);
 
 /*
  * Appends ntok tokens to one layer: k and v are ntok x n_kv_heads x head_dim
- * floats (token-major). O(1) amortised per token (paged storage).
+ * floats (token-major). O(1) amortised per token (paged storage). All or
+ * nothing: KVQ_ERR_NONFINITE (NaN/Inf), KVQ_ERR_RANGE (a value stored as f16
+ * exceeds 65504, or a scale does not fit), KVQ_ERR_NOMEM leave the cache as
+ * it was. KVQ_ERR_INVALID_ARG for a layer out of range.
  */
 int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v, size_t ntok);
 
@@ -251,14 +261,22 @@ int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v
  * n_kv_heads (grouped-query attention). scale multiplies q.k (usually
  * 1/sqrt(head_dim)). The positions must already be in the cache. pool may
  * be NULL (single thread). Scores are computed from the codes; the cache is
- * never decoded into a full temporary buffer.
+ * never decoded into a full temporary buffer. Results do not depend on the
+ * pool's size. Errors: KVQ_ERR_INVALID_ARG for a layer out of range,
+ * n_q_heads not a positive multiple of n_kv_heads, pos0 + nq > len, a
+ * non-finite scale; KVQ_ERR_STATE if a sliding-window layer already dropped
+ * positions the first query needs.
  */
 int kvq_cache_attend(kvq_cache *cache, int layer, const float *q, size_t nq, int n_q_heads, size_t pos0,
                      float scale, float *out, kvq_pool *pool);
 
 /* Number of tokens held by a layer (positions 0..len-1 are addressable). */
 size_t kvq_cache_len(const kvq_cache *cache, int layer);
-/* Drops every position >= pos in all layers (rewinding a conversation). */
+/*
+ * Drops every position >= pos in all layers (rewinding a conversation).
+ * KVQ_ERR_STATE (and nothing changes) if a sliding-window layer already
+ * dropped positions a query at pos would need.
+ */
 int kvq_cache_truncate(kvq_cache *cache, size_t pos);
 /* Drops everything (keeps the configuration). */
 void kvq_cache_clear(kvq_cache *cache);
