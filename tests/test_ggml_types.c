@@ -1,0 +1,373 @@
+/*
+ * Weight types: dequantization against hand-computed values, the sub-block
+ * decomposition against dequantization, every SIMD dot path against the
+ * scalar reference on random blocks, activation quantization (SIMD must be
+ * bit-identical), and the threaded matrix products.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/ggml_types.h"
+#include "kvq.h"
+#include "testutil.h"
+
+static const ggml_type QTYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+static const ggml_type FTYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
+#define NQ (int)(sizeof QTYPES / sizeof QTYPES[0])
+#define NF (int)(sizeof FTYPES / sizeof FTYPES[0])
+
+static void put_h(uint8_t *p, float f) { uint16_t h = kvq_f32_to_f16(f); memcpy(p, &h, 2); }
+
+/* Random valid row of type t with n values: random code bytes, finite scales. */
+static void random_row(tu_rng *r, ggml_type t, int64_t n, uint8_t *row) {
+    size_t bytes = ggml_row_bytes(t, n);
+    for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)tu_next(r);
+    if (t == GGML_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) { float f = (float)tu_gauss(r); memcpy(row + 4 * i, &f, 4); }
+        return;
+    }
+    if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float f = (float)tu_gauss(r);
+            uint16_t h = t == GGML_TYPE_F16 ? kvq_f32_to_f16(f) : kvq_f32_to_bf16(f);
+            memcpy(row + 2 * i, &h, 2);
+        }
+        return;
+    }
+    int blk = ggml_type_block(t);
+    size_t bb = ggml_row_bytes(t, blk);
+    for (int64_t b = 0; b < n / blk; b++) {
+        uint8_t *p = row + b * bb;
+        float d = (float)(0.001 + 0.05 * tu_uniform(r)), m = (float)(0.1 * tu_gauss(r));
+        switch (t) {
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: put_h(p, d); break;
+        case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: put_h(p, d); put_h(p + 2, m); break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: put_h(p, d * 0.1f); put_h(p + 2, d * 0.05f); break;
+        case GGML_TYPE_Q6_K: put_h(p + 208, d * 0.02f); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- hand-computed dequantization ---------------------------------------- */
+static void test_dequant_hand(void) {
+    float y[256];
+    { /* q4_0: d = 0.5, first byte 0x1F: value 0 = low nibble 15 -> 0.5*(15-8), value 16 = high nibble 1 */
+        block_q4_0 b;
+        memset(&b, 0x88, sizeof b);
+        put_h((uint8_t *)&b.d, 0.5f);
+        b.qs[0] = 0x1F;
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q4_0, &b, y, 32));
+        CHECK(y[0] == 3.5f && y[16] == -3.5f && y[1] == 0.0f && y[17] == 0.0f, "q4_0 %g %g %g", y[0], y[16], y[1]);
+    }
+    { /* q4_1: d = 0.25, m = -1: 0x3A -> 0.25*10-1 = 1.5 and 0.25*3-1 = -0.25 */
+        block_q4_1 b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 0.25f);
+        put_h((uint8_t *)&b.m, -1.0f);
+        b.qs[5] = 0x3A;
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q4_1, &b, y, 32));
+        CHECK(y[5] == 1.5f && y[21] == -0.25f && y[0] == -1.0f, "q4_1 %g %g", y[5], y[21]);
+    }
+    { /* q5_0: d = 1; value 3: nibble 2, qh bit 3 set -> 18-16 = 2; value 19: nibble 0, bit 19 clear -> -16 */
+        block_q5_0 b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 1.0f);
+        b.qs[3] = 0x02;
+        b.qh[0] = 0x08;
+        b.qh[3] = 0x80; /* bit 31 -> value 31 gets +16 */
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q5_0, &b, y, 32));
+        CHECK(y[3] == 2.0f && y[19] == -16.0f && y[31] == 0.0f && y[0] == -16.0f, "q5_0 %g %g %g", y[3], y[19], y[31]);
+    }
+    { /* q5_1: d = 0.5, m = 1: value 20 = high nibble of qs[4] (7) + bit 20 -> 23*0.5+1 */
+        block_q5_1 b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 0.5f);
+        put_h((uint8_t *)&b.m, 1.0f);
+        b.qs[4] = 0x70;
+        b.qh[2] = 0x10;
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q5_1, &b, y, 32));
+        CHECK(y[20] == 12.5f && y[4] == 1.0f, "q5_1 %g %g", y[20], y[4]);
+    }
+    { /* q8_0 */
+        block_q8_0 b;
+        put_h((uint8_t *)&b.d, 0.125f);
+        for (int i = 0; i < 32; i++) b.qs[i] = (int8_t)(i * 8 - 128);
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q8_0, &b, y, 32));
+        CHECK(y[0] == -16.0f && y[31] == 15.0f, "q8_0 %g %g", y[0], y[31]);
+    }
+    { /* q4_K: d = 1, dmin = 0.5; sub-block 1: sc 3, m 4 (scales[1], scales[5]);
+       * sub-block 5: sc = (scales[9] & 15) | (scales[1] >> 6) << 4 = 2 | 1<<4 = 18,
+       *              m = (scales[9] >> 4) | (scales[5] >> 6) << 4 = 1 | 2<<4 = 33 */
+        block_q4_K b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 1.0f);
+        put_h((uint8_t *)&b.dmin, 0.5f);
+        b.scales[1] = 3 | (1 << 6);
+        b.scales[5] = 4 | (2 << 6);
+        b.scales[9] = 2 | (1 << 4);
+        b.qs[0] = 0x70;       /* value 32 (sub-block 1, high nibbles of chunk 0) = 7 */
+        b.qs[64 + 3] = 0x90;  /* chunk 2 high nibble -> sub-block 5, value 160+3 = 9 */
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q4_K, &b, y, 256));
+        CHECK(y[32] == 3 * 7 - 0.5f * 4, "q4_K sub-block 1: %g", y[32]);
+        CHECK(y[163] == 18 * 9 - 0.5f * 33, "q4_K sub-block 5: %g", y[163]);
+        CHECK(y[33] == -2.0f && y[0] == 0.0f, "q4_K %g %g", y[33], y[0]);
+    }
+    { /* q5_K: as q4_K plus the 5th bit: value 32+2 has qh[2] bit 1 */
+        block_q5_K b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 1.0f);
+        put_h((uint8_t *)&b.dmin, 1.0f);
+        b.scales[1] = 2;
+        b.scales[5] = 1;
+        b.qs[2] = 0x50;
+        b.qh[2] = 0x02;
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q5_K, &b, y, 256));
+        CHECK(y[34] == 2 * (5 + 16) - 1, "q5_K %g", y[34]);
+    }
+    { /* q6_K: d = 0.5; value 64+17 of half 0: k = 2 -> ql[17] >> 4, (qh[17] >> 4) & 3, scale[4 + 1] */
+        block_q6_K b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 0.5f);
+        b.ql[17] = 0xA0;
+        b.qh[17] = 0x30;
+        b.scales[5] = -3;
+        b.scales[8] = 2;
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q6_K, &b, y, 256));
+        int code = 0xA | 3 << 4; /* 58 */
+        CHECK(y[81] == 0.5f * -3 * (code - 32), "q6_K %g", y[81]);
+        CHECK(y[128] == 0.5f * 2 * -32, "q6_K half 1 %g", y[128]);
+    }
+    { /* f16 / bf16 */
+        uint16_t h[2] = {0x3C00, 0xC000}; /* 1, -2 */
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_F16, h, y, 2));
+        CHECK(y[0] == 1.0f && y[1] == -2.0f, "f16");
+        uint16_t bf[2] = {0x3F80, 0x4040}; /* 1, 3 */
+        CHECK_OK(ggml_dequant_row(GGML_TYPE_BF16, bf, y, 2));
+        CHECK(y[0] == 1.0f && y[1] == 3.0f, "bf16");
+    }
+    CHECK(ggml_dequant_row(GGML_TYPE_Q4_K, y, y, 100) == KVQ_ERR_INVALID_ARG, "n not a block multiple");
+    CHECK(ggml_dequant_row(GGML_TYPE_Q2_K, y, y, 256) == KVQ_ERR_UNSUPPORTED, "q2_K unsupported");
+    CHECK(ggml_row_bytes(GGML_TYPE_Q6_K, 512) == 420 && ggml_row_bytes(GGML_TYPE_Q4_1, 576) == 360, "row bytes");
+}
+
+/* ---- decomposition == dequantization --------------------------------------- */
+static void test_unpack_vs_dequant(tu_rng *r) {
+    const int64_t n = 512;
+    uint8_t row[2048];
+    float y[512];
+    for (int ti = 0; ti < NQ; ti++) {
+        ggml_type t = QTYPES[ti];
+        double maxerr = 0;
+        for (int it = 0; it < 20; it++) {
+            random_row(r, t, n, row);
+            CHECK_OK(ggml_dequant_row(t, row, y, n));
+            for (int64_t j = 0; j < n / 32; j++) {
+                uint8_t u[32];
+                float sc[2], mn[2];
+                ggml_unpack32(t, row, j, u, sc, mn);
+                for (int l = 0; l < 32; l++) {
+                    double w = (double)sc[l / 16] * u[l] + mn[l / 16];
+                    double e = fabs(w - y[32 * j + l]) / (fabs(y[32 * j + l]) + 1e-3);
+                    if (e > maxerr) maxerr = e;
+                }
+            }
+        }
+        CHECK(maxerr < 1e-5, "%s: unpack32 vs dequant rel err %g", ggml_type_name(t), maxerr);
+    }
+}
+
+/* ---- activation quantization --------------------------------------------------- */
+static void test_quantize(tu_rng *r) {
+    const int64_t n = 1024;
+    float *x = malloc(sizeof(float) * n), *xd = malloc(sizeof(float) * n);
+    size_t rb = ggml_q8a_row_bytes(n);
+    uint8_t *a = malloc(rb), *b = malloc(rb);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(tu_gauss(r) * (i % 97 == 0 ? 30 : 1));
+    for (int i = 0; i < 32; i++) x[64 + i] = 0.0f; /* an all-zero block */
+    ggml_quantize_q8a_row(x, n, a);
+    const int8_t *q = (const int8_t *)a;
+    const float *d = (const float *)(a + n), *s0 = d + n / 32, *s1 = s0 + n / 32;
+    double maxe = 0;
+    for (int64_t i = 0; i < n; i++) {
+        xd[i] = d[i / 32] * q[i];
+        double e = fabs(xd[i] - x[i]) / (d[i / 32] + 1e-30);
+        if (d[i / 32] > 0 && e > maxe) maxe = e;
+    }
+    CHECK(maxe <= 0.5 + 1e-4, "q8a rounding error %g steps", maxe);
+    CHECK(d[2] == 0.0f && s0[2] == 0.0f && q[70] == 0, "zero block");
+    int sum0 = 0;
+    for (int l = 0; l < 16; l++) sum0 += q[32 * 5 + l];
+    CHECK(fabsf(s0[5] - d[5] * sum0) <= 1e-6f * fabsf(s0[5]) + 1e-12f, "s0");
+    (void)s1;
+    for (int isa = KVQ_ISA_AVX2; isa <= KVQ_ISA_AVX512; isa++) {
+        const ggml_kernels *k = ggml_kernels_for((kvq_isa)isa);
+        if (!k) continue;
+        memset(b, 0xAB, rb);
+        k->quantize_q8a(x, n, b);
+        CHECK(memcmp(a, b, n + 12 * (size_t)(n / 32)) == 0, "%s quantize_q8a not bit-identical to the reference", k->name);
+    }
+    free(x); free(xd); free(a); free(b);
+}
+
+/* ---- dot products ------------------------------------------------------------------ */
+/* Reference dot in double on dequantized weights and activations. */
+static double dot_deq(ggml_type t, const uint8_t *row, int64_t n, const float *x, double *absum) {
+    float *w = malloc(sizeof(float) * n);
+    ggml_dequant_row(t, row, w, n);
+    double s = 0, a = 0;
+    for (int64_t i = 0; i < n; i++) { s += (double)w[i] * x[i]; a += fabs((double)w[i] * x[i]); }
+    free(w);
+    *absum = a;
+    return s;
+}
+
+static void test_dots(tu_rng *r) {
+    const int64_t lens[] = {256, 512, 1536, 2304};
+    uint8_t *row = malloc(ggml_row_bytes(GGML_TYPE_F32, 2304));
+    float *x = malloc(sizeof(float) * GGML_MAX_NX * 2304), *xd = malloc(sizeof(float) * GGML_MAX_NX * 2304);
+    size_t rbmax = ggml_q8a_row_bytes(2304);
+    uint8_t *act = malloc(rbmax * GGML_MAX_NX);
+    const ggml_kernels *scalar = ggml_kernels_scalar();
+    for (int li = 0; li < 4; li++) {
+        int64_t n = lens[li];
+        size_t rb = ggml_q8a_row_bytes(n);
+        for (int ti = 0; ti < NQ + NF; ti++) {
+            ggml_type t = ti < NQ ? QTYPES[ti] : FTYPES[ti - NQ];
+            int q8 = ggml_type_uses_q8a(t);
+            double worst_ref = 0, worst_simd[3] = {0, 0, 0};
+            for (int it = 0; it < 12; it++) {
+                random_row(r, t, n, row);
+                for (int64_t i = 0; i < GGML_MAX_NX * n; i++) x[i] = (float)(tu_gauss(r) + (i % 5 == 0 ? 0.5 : 0));
+                for (int k = 0; k < GGML_MAX_NX; k++) {
+                    if (q8) {
+                        ggml_quantize_q8a_row(x + k * n, n, act + k * rb);
+                        const int8_t *q = (const int8_t *)(act + k * rb);
+                        const float *d = (const float *)(act + k * rb + n);
+                        for (int64_t i = 0; i < n; i++) xd[k * n + i] = d[i / 32] * q[i];
+                    } else {
+                        memcpy(xd + k * n, x + k * n, sizeof(float) * n);
+                    }
+                }
+                const void *a = q8 ? (const void *)act : (const void *)x;
+                size_t stride = q8 ? rb : sizeof(float) * (size_t)n;
+                float ref[GGML_MAX_NX];
+                scalar->dot[t](n, row, a, stride, GGML_MAX_NX, ref);
+                for (int k = 0; k < GGML_MAX_NX; k++) {
+                    double absum, want = dot_deq(t, row, n, xd + k * n, &absum);
+                    double e = fabs(ref[k] - want) / (absum + 1e-30);
+                    if (e > worst_ref) worst_ref = e;
+                }
+                for (int isa = KVQ_ISA_AVX2; isa <= KVQ_ISA_AVX512; isa++) {
+                    const ggml_kernels *kk = ggml_kernels_for((kvq_isa)isa);
+                    if (!kk) continue;
+                    for (int nx = 1; nx <= GGML_MAX_NX; nx++) {
+                        float got[GGML_MAX_NX];
+                        kk->dot[t](n, row, a, stride, nx, got);
+                        for (int k = 0; k < nx; k++) {
+                            double absum;
+                            dot_deq(t, row, n, xd + k * n, &absum);
+                            double e = fabs((double)got[k] - ref[k]) / (absum + 1e-30);
+                            if (e > worst_simd[isa]) worst_simd[isa] = e;
+                        }
+                    }
+                }
+            }
+            CHECK(worst_ref < 1e-6, "%s n=%lld: scalar ref vs dequantized dot rel err %g", ggml_type_name(t),
+                  (long long)n, worst_ref);
+            for (int isa = KVQ_ISA_AVX2; isa <= KVQ_ISA_AVX512; isa++) {
+                const ggml_kernels *kk = ggml_kernels_for((kvq_isa)isa);
+                if (!kk) continue;
+                CHECK(worst_simd[isa] < 2e-6, "%s %s n=%lld: SIMD vs scalar rel err %g", kk->name, ggml_type_name(t),
+                      (long long)n, worst_simd[isa]);
+            }
+        }
+    }
+    free(row); free(x); free(xd); free(act);
+}
+
+/* ---- matrix products ------------------------------------------------------------------ */
+static void test_matmul(tu_rng *r) {
+    const int64_t cols = 512, rows[3] = {37, 16, 5};
+    const ggml_type types[3] = {GGML_TYPE_Q4_1, GGML_TYPE_Q6_K, GGML_TYPE_F16};
+    uint8_t *wdata[3];
+    ggml_matrix W[3];
+    for (int m = 0; m < 3; m++) {
+        size_t rb = ggml_row_bytes(types[m], cols);
+        wdata[m] = malloc(rb * (size_t)rows[m]);
+        for (int64_t i = 0; i < rows[m]; i++) random_row(r, types[m], cols, wdata[m] + rb * (size_t)i);
+        W[m] = (ggml_matrix){wdata[m], types[m], rows[m], cols, rb};
+    }
+    const int64_t ntoks[] = {1, 3, 9};
+    kvq_pool *pool = NULL;
+    CHECK_OK(kvq_pool_create(&pool, 2));
+    for (int ni = 0; ni < 3; ni++) {
+        int64_t ntok = ntoks[ni];
+        float *X = malloc(sizeof(float) * (size_t)(ntok * cols));
+        for (int64_t i = 0; i < ntok * cols; i++) X[i] = (float)tu_gauss(r);
+        void *q8 = malloc(ggml_q8a_row_bytes(cols) * (size_t)ntok);
+        for (int isa = KVQ_ISA_SCALAR; isa <= KVQ_ISA_AVX512; isa++) {
+            const ggml_kernels *k = ggml_kernels_for((kvq_isa)isa);
+            if (!k) continue;
+            for (int th = 0; th < 2; th++) {
+                float *Y[3];
+                int64_t ldy[3];
+                const ggml_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
+                for (int m = 0; m < 3; m++) {
+                    ldy[m] = rows[m] + 3;
+                    Y[m] = calloc((size_t)(ntok * ldy[m]), sizeof(float));
+                }
+                ggml_acts A;
+                ggml_acts_init(&A, X, ntok, cols, q8);
+                CHECK_OK(ggml_matmul_multi(k, th ? pool : NULL, Wp, 3, &A, Y, ldy));
+                CHECK(A.q8_ready == 1, "quantized once");
+                size_t qrb = ggml_q8a_row_bytes(cols);
+                double worst = 0;
+                for (int m = 0; m < 3; m++) {
+                    for (int64_t t = 0; t < ntok; t++) {
+                        const void *act = ggml_type_uses_q8a(types[m]) ? (const void *)((uint8_t *)q8 + qrb * (size_t)t)
+                                                                        : (const void *)(X + t * cols);
+                        for (int64_t i = 0; i < rows[m]; i++) {
+                            float want;
+                            ggml_kernels_scalar()->dot[types[m]](cols, wdata[m] + W[m].row_bytes * (size_t)i, act, 0, 1,
+                                                                 &want);
+                            double e = fabs(Y[m][t * ldy[m] + i] - want) / (fabs(want) + 1.0);
+                            if (e > worst) worst = e;
+                        }
+                        CHECK(Y[m][t * ldy[m] + rows[m]] == 0.0f, "ldy padding untouched");
+                    }
+                    free(Y[m]);
+                }
+                CHECK(worst < 1e-4, "%s threads=%d ntok=%lld: matmul vs per-row dots %g", k->name, th + 1,
+                      (long long)ntok, worst);
+            }
+        }
+        /* errors */
+        ggml_acts A;
+        ggml_acts_init(&A, X, ntok, cols + 32, q8);
+        float y[64];
+        CHECK(ggml_matmul(ggml_kernels_scalar(), NULL, &W[0], &A, y, 64) == KVQ_ERR_INVALID_ARG, "cols mismatch");
+        ggml_matrix bad = W[0];
+        bad.type = GGML_TYPE_Q2_K;
+        ggml_acts_init(&A, X, ntok, cols, q8);
+        CHECK(ggml_matmul(ggml_kernels_scalar(), NULL, &bad, &A, y, 64) == KVQ_ERR_UNSUPPORTED, "unsupported type");
+        free(X);
+        free(q8);
+    }
+    kvq_pool_free(pool);
+    for (int m = 0; m < 3; m++) free(wdata[m]);
+}
+
+int main(void) {
+    tu_rng r = {42};
+    const ggml_kernels *best = ggml_kernels_for(KVQ_ISA_BEST);
+    printf("best kernels: %s\n", best->name);
+    test_dequant_hand();
+    test_unpack_vs_dequant(&r);
+    test_quantize(&r);
+    test_dots(&r);
+    test_matmul(&r);
+    return tu_finish("test_ggml_types");
+}
