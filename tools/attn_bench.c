@@ -8,6 +8,8 @@
  *   rel_err          |o - o_f32| / |o_f32| over all heads of 8 queries, o_f32
  *                    from an f32 cache holding the same vectors
  *   kv_bytes, f16_kv_bytes  kvq_cache_memory_bytes of the two caches
+ * With --prefill N also the time of one causal prefill call for the last N
+ * positions (prefill_ms, f16_prefill_ms, prefill_speedup).
  * Timing interleaves the two caches (order alternating per round) because
  * the machine is shared and noisy; only the ratio is meaningful.
  */
@@ -25,7 +27,8 @@
 static void usage(void) {
     fprintf(stderr,
             "usage: kvq attn-bench --cache-k SPEC --cache-v SPEC --dim D --q-heads HQ --kv-heads HKV --ctx N[,N...]\n"
-            "                      [--threads T] [--window W] [--rounds R] [--data FILE [--vdata FILE]] [--seed S] [--json]\n"
+            "                      [--threads T] [--window W] [--rounds R] [--prefill N] [--data FILE [--vdata FILE]]\n"
+            "                      [--seed S] [--json]\n"
             "  Decode-step attention time of the cache policy vs the f16 cache (same run, same data),\n"
             "  output error vs an f32 cache, and memory. Data: Gaussian, or vectors from a vector file\n"
             "  (keys; values from --vdata, else from the same file); queries are rows of the key data.\n");
@@ -74,17 +77,40 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Seconds per call of attend, timed over `reps` calls. */
-static double time_steps(kvq_cache *c, const float *q, int hq, size_t pos, float scale, float *out, kvq_pool *pool,
-                         int reps, int *rc) {
+/* Seconds per call of attend (nq query tokens ending at the last position), over `reps` calls. */
+static double time_steps(kvq_cache *c, const float *q, size_t nq, int hq, size_t ctx, float scale, float *out,
+                         kvq_pool *pool, int reps, int *rc) {
     double t0 = tool_now();
-    for (int i = 0; i < reps && !*rc; i++) *rc = kvq_cache_attend(c, 0, q, 1, hq, pos, scale, out, pool);
+    for (int i = 0; i < reps && !*rc; i++) *rc = kvq_cache_attend(c, 0, q, nq, hq, ctx - nq, scale, out, pool);
     return (tool_now() - t0) / reps;
+}
+
+/* Median seconds per call of the two caches, timed in alternating order. */
+static void time_pair(kvq_cache *a, kvq_cache *b, const float *q, size_t nq, int hq, size_t ctx, float scale, float *out,
+                      kvq_pool *pool, int rounds, double *ta, double *tb, double *scr, int *reps_out, int *rc) {
+    double one = time_steps(b, q, nq, hq, ctx, scale, out, pool, 1, rc);
+    int reps = one > 0 ? (int)(0.02 / one) + 1 : 1;
+    if (reps > 1000) reps = 1000;
+    double *sa = scr, *sb = scr + rounds;
+    for (int r = 0; r < rounds && !*rc; r++) {
+        if (r % 2 == 0) {
+            sb[r] = time_steps(b, q, nq, hq, ctx, scale, out, pool, reps, rc);
+            sa[r] = time_steps(a, q, nq, hq, ctx, scale, out, pool, reps, rc);
+        } else {
+            sa[r] = time_steps(a, q, nq, hq, ctx, scale, out, pool, reps, rc);
+            sb[r] = time_steps(b, q, nq, hq, ctx, scale, out, pool, reps, rc);
+        }
+    }
+    qsort(sa, (size_t)rounds, sizeof *sa, cmp_double);
+    qsort(sb, (size_t)rounds, sizeof *sb, cmp_double);
+    *ta = sa[rounds / 2];
+    *tb = sb[rounds / 2];
+    *reps_out = reps;
 }
 
 int cmd_attn_bench(int argc, char **argv) {
     const char *ks = NULL, *vs = NULL, *data = NULL, *vdata = NULL;
-    int d = 0, hq = 0, hkv = 0, threads = 1, window = 0, rounds = 9, json = 0;
+    int d = 0, hq = 0, hkv = 0, threads = 1, window = 0, rounds = 9, json = 0, prefill = 0;
     long ctxs[MAX_CTX];
     int nctx = 0;
     uint64_t seed = 1;
@@ -102,6 +128,7 @@ int cmd_attn_bench(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads = atoi(val);
         else if (!strcmp(a, "--window")) window = atoi(val);
         else if (!strcmp(a, "--rounds")) rounds = atoi(val);
+        else if (!strcmp(a, "--prefill")) prefill = atoi(val);
         else if (!strcmp(a, "--data")) data = val;
         else if (!strcmp(a, "--vdata")) vdata = val;
         else if (!strcmp(a, "--seed")) seed = strtoull(val, NULL, 10);
@@ -109,7 +136,7 @@ int cmd_attn_bench(int argc, char **argv) {
             if ((nctx = tool_parse_int_list(val, ctxs, MAX_CTX)) <= 0) { fprintf(stderr, "attn-bench: bad --ctx\n"); return 2; }
         } else { fprintf(stderr, "attn-bench: unknown option %s\n", a); usage(); return 2; }
     }
-    if (!ks || !vs || d <= 0 || hq <= 0 || hkv <= 0 || nctx <= 0 || threads < 1 || rounds < 1 || window < 0 || hq % hkv) {
+    if (!ks || !vs || d <= 0 || hq <= 0 || hkv <= 0 || nctx <= 0 || threads < 1 || rounds < 1 || window < 0 || prefill < 0 || hq % hkv) {
         usage();
         return 2;
     }
@@ -156,9 +183,10 @@ int cmd_attn_bench(int argc, char **argv) {
     cfg.f16_window = window;
     const size_t row = (size_t)hkv * d, qn = (size_t)hq * d, batch = 512;
     float *kb = malloc(batch * row * sizeof *kb), *vb = malloc(batch * row * sizeof *vb);
-    float *q = malloc(N_ERR_QUERIES * qn * sizeof *q), *o = malloc(qn * sizeof *o), *of = malloc(qn * sizeof *of);
-    double *ms = malloc((size_t)rounds * sizeof *ms), *msf = malloc((size_t)rounds * sizeof *msf);
-    if (!kb || !vb || !q || !o || !of || !ms || !msf) { rc = KVQ_ERR_NOMEM; goto done; }
+    const size_t nqmax = (size_t)(prefill > N_ERR_QUERIES ? prefill : N_ERR_QUERIES);
+    float *q = malloc(nqmax * qn * sizeof *q), *o = malloc(nqmax * qn * sizeof *o), *of = malloc(qn * sizeof *of);
+    double *scr = malloc(2 * (size_t)rounds * sizeof *scr);
+    if (!kb || !vb || !q || !o || !of || !scr) { rc = KVQ_ERR_NOMEM; goto done; }
     if ((rc = kvq_pool_create(&pool, threads))) goto done;
     if ((rc = kvq_cache_create(&ours, &cfg))) { fprintf(stderr, "attn-bench: k=%s v=%s: ", ks, vs); goto done; }
     cfg.k_spec = cfg.v_spec = "f16";
@@ -168,7 +196,7 @@ int cmd_attn_bench(int argc, char **argv) {
     if ((rc = kvq_cache_create(&f32, &cfg))) goto done;
     /* queries: Gaussian, or rows of the key data */
     rng qr = {seed ^ 0x5155455259ull};
-    for (size_t i = 0; i < N_ERR_QUERIES * (size_t)hq; i++) {
+    for (size_t i = 0; i < nqmax * (size_t)hq; i++) {
         float *qd = q + i * d;
         if (src.kx) memcpy(qd, src.kx + (rnext(&qr) % src.kn) * d, (size_t)d * sizeof *qd);
         else for (int c = 0; c < d; c++) qd[c] = (float)rgauss(&qr);
@@ -200,30 +228,28 @@ int cmd_attn_bench(int argc, char **argv) {
         }
         if (rc) break;
         /* timing: reps per round so that a round of one cache takes ~20 ms */
-        double one = time_steps(f16, q, hq, ctx - 1, scale, of, pool, 1, &rc);
-        int reps = one > 0 ? (int)(0.02 / one) + 1 : 1;
-        if (reps > 1000) reps = 1000;
-        for (int r = 0; r < rounds && !rc; r++) {
-            if (r % 2 == 0) {
-                msf[r] = time_steps(f16, q, hq, ctx - 1, scale, of, pool, reps, &rc);
-                ms[r] = time_steps(ours, q, hq, ctx - 1, scale, o, pool, reps, &rc);
-            } else {
-                ms[r] = time_steps(ours, q, hq, ctx - 1, scale, o, pool, reps, &rc);
-                msf[r] = time_steps(f16, q, hq, ctx - 1, scale, of, pool, reps, &rc);
-            }
-        }
+        double ts, tf, pts = 0, ptf = 0;
+        int reps, preps = 0;
+        time_pair(ours, f16, q, 1, hq, ctx, scale, o, pool, rounds, &ts, &tf, scr, &reps, &rc);
+        size_t np = (size_t)prefill < ctx ? (size_t)prefill : ctx;
+        if (!rc && np) time_pair(ours, f16, q, np, hq, ctx, scale, o, pool, rounds, &pts, &ptf, scr, &preps, &rc);
         if (rc) break;
-        qsort(ms, (size_t)rounds, sizeof *ms, cmp_double);
-        qsort(msf, (size_t)rounds, sizeof *msf, cmp_double);
-        double m = 1e3 * ms[rounds / 2], mf = 1e3 * msf[rounds / 2], err = r2 > 0 ? sqrt(e2 / r2) : 0;
+        double m = 1e3 * ts, mf = 1e3 * tf, err = r2 > 0 ? sqrt(e2 / r2) : 0;
         size_t kvb = kvq_cache_memory_bytes(ours), fb = kvq_cache_memory_bytes(f16);
-        if (json)
+        if (json) {
             printf("{\"tool\":\"attn-bench\",\"k\":\"%s\",\"v\":\"%s\",\"dim\":%d,\"q_heads\":%d,\"kv_heads\":%d,"
                    "\"threads\":%d,\"window\":%d,\"data\":\"%s\",\"ctx\":%zu,\"ms_per_step\":%.4f,\"f16_ms_per_step\":%.4f,"
-                   "\"speedup\":%.3f,\"rel_err\":%.5f,\"kv_bytes\":%zu,\"f16_kv_bytes\":%zu,\"rounds\":%d,\"reps\":%d}\n",
+                   "\"speedup\":%.3f,\"rel_err\":%.5f,\"kv_bytes\":%zu,\"f16_kv_bytes\":%zu,\"rounds\":%d,\"reps\":%d",
                    ks, vs, d, hq, hkv, threads, window, data ? data : "gauss", ctx, m, mf, mf / m, err, kvb, fb, rounds, reps);
-        else
-            printf("%-8zu %-22s %-22s %12.4f %14.4f %8.2f %9.5f %12zu %14zu\n", ctx, ks, vs, m, mf, mf / m, err, kvb, fb);
+            if (np)
+                printf(",\"prefill_tokens\":%zu,\"prefill_ms\":%.3f,\"f16_prefill_ms\":%.3f,\"prefill_speedup\":%.3f", np,
+                       1e3 * pts, 1e3 * ptf, ptf / pts);
+            printf("}\n");
+        } else {
+            printf("%-8zu %-22s %-22s %12.4f %14.4f %8.2f %9.5f %12zu %14zu", ctx, ks, vs, m, mf, mf / m, err, kvb, fb);
+            if (np) printf("   prefill %zu: %.3f ms vs f16 %.3f ms (%.2fx)", np, 1e3 * pts, 1e3 * ptf, ptf / pts);
+            printf("\n");
+        }
         fflush(stdout);
     }
 done:
@@ -237,8 +263,7 @@ done:
     free(q);
     free(o);
     free(of);
-    free(ms);
-    free(msf);
+    free(scr);
     free(kfile);
     free(vfile);
     return rc ? 1 : 0;
