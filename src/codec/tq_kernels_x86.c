@@ -338,7 +338,7 @@ KVQ_TARGET_AVX2 static inline __m256 vals8(const lut256 *t, const uint8_t *pk, c
     return lookup8(t, idx);
 }
 
-KVQ_TARGET_AVX2 void tq_score_avx2(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
+KVQ_TARGET_AVX2 static void score256_generic(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
                                    const uint8_t *codes, size_t n, float *scores) {
     lut256 t = lut256_make(L);
     uint8_t ubuf[KVQ_DIM_MAX];
@@ -365,7 +365,7 @@ KVQ_TARGET_AVX2 void tq_score_avx2(const tq_layout *L, const float *qp, size_t q
     }
 }
 
-KVQ_TARGET_AVX2 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
+KVQ_TARGET_AVX2 static void accum256_generic(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
                                    size_t n, float *acc) {
     if (!direct_ok(L->d, L->b, 8)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
     lut256 t = lut256_make(L);
@@ -399,6 +399,121 @@ KVQ_TARGET_AVX2 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq
             _mm256_storeu_ps(aj + c, a0);
         }
     }
+}
+
+
+/* ---- AVX2 kernels specialised per (d, b), as for AVX-512 ----------------- */
+KVQ_TARGET_AVX2 AI float scale_f16c_256(const tq_layout *L, const uint8_t *rec) {
+    if (L->scale32) { float s; memcpy(&s, rec + L->scale_off, 4); return s; }
+    uint16_t h;
+    memcpy(&h, rec + L->scale_off, 2);
+    return _cvtsh_ss(h);
+}
+
+KVQ_TARGET_AVX2 AI __m256i idx8_c(const uint8_t *pk, const int d, const int b, const int c0) {
+    __m256i idx = _mm256_setzero_si256();
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
+        const int w = SUBW[b][f], S = d * w / 8;
+        __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pk + c0 % S)));
+        if (c0 / S > 0) x = _mm256_srli_epi32(x, w * (c0 / S));
+        if (w * (c0 / S) + w < 8) x = _mm256_and_si256(x, _mm256_set1_epi32((1 << w) - 1));
+        idx = shift ? _mm256_or_si256(idx, _mm256_slli_epi32(x, shift)) : x;
+        pk += S;
+        shift += w;
+    }
+    return idx;
+}
+
+KVQ_TARGET_AVX2 AI __m256 lut8_c(__m256i idx, __m256 c0, __m256 c1, const int b) {
+    if (b <= 3) return _mm256_permutevar8x32_ps(c0, idx);
+    __m256 lo = _mm256_permutevar8x32_ps(c0, idx), hi = _mm256_permutevar8x32_ps(c1, idx);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+KVQ_TARGET_AVX2 AI void score_body256(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes,
+                                      size_t n, float *scores, const int d, const int b) {
+    const __m256 c0 = _mm256_loadu_ps(L->cb->c), c1 = _mm256_loadu_ps(L->cb->c + 8);
+    const size_t stride = L->stride, io = L->idx_off;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qs;
+        const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * stride, *pk = rec + io;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 8) {
+                __m256 v = lut8_c(idx8_c(pk, d, b, c), c0, c1, b);
+                a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q0 + c), a0);
+                a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q1 + c), a1);
+                a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q2 + c), a2);
+                a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q3 + c), a3);
+            }
+            float s[4];
+            _mm_storeu_ps(s, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(scale_f16c_256(L, rec))));
+            size_t m = nq - j0 < 4 ? nq - j0 : 4;
+            for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] = s[j];
+        }
+    }
+}
+
+KVQ_TARGET_AVX2 AI void accum_body256(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                      float *acc, const int d, const int b) {
+    const __m256 c0 = _mm256_loadu_ps(L->cb->c), c1 = _mm256_loadu_ps(L->cb->c + 8);
+    const size_t stride = L->stride, io = L->idx_off;
+    for (size_t j0 = 0; j0 < nq; j0 += 2) {
+        const size_t m = nq - j0 < 2 ? nq - j0 : 2;
+        const float *w0 = w + j0 * n, *w1 = m > 1 ? w0 + n : w0;
+        float *r0 = acc + j0 * (size_t)d;
+        for (int c = 0; c < d; c += 32) {
+            const int nv = d - c >= 32 ? 4 : (d - c) / 8;
+            __m256 a[2][4];
+            for (int j = 0; j < 2; j++)
+                for (int k = 0; k < 4; k++) a[j][k] = (j < (int)m && k < nv) ? _mm256_loadu_ps(r0 + j * d + c + 8 * k) : _mm256_setzero_ps();
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * stride, *pk = rec + io;
+                const float g = scale_f16c_256(L, rec);
+                const __m256 g0 = _mm256_set1_ps(w0[i] * g), g1 = _mm256_set1_ps(w1[i] * g);
+                for (int k = 0; k < 4; k++) {
+                    if (k >= nv) break;
+                    __m256 v = lut8_c(idx8_c(pk, d, b, c + 8 * k), c0, c1, b);
+                    a[0][k] = _mm256_fmadd_ps(g0, v, a[0][k]);
+                    a[1][k] = _mm256_fmadd_ps(g1, v, a[1][k]);
+                }
+            }
+            for (int j = 0; j < (int)m; j++)
+                for (int k = 0; k < nv; k++) _mm256_storeu_ps(r0 + j * d + c + 8 * k, a[j][k]);
+        }
+    }
+}
+
+#define TQ_SPECIALISED_256(X) X(64, 2) X(64, 4) X(128, 1) X(128, 2) X(128, 3) X(128, 4) X(256, 2) X(256, 3) X(256, 4)
+
+#define DEF_FAST_256(D, B)                                                                                 \
+    KVQ_TARGET_AVX2 static void score256_##D##_##B(const tq_layout *L, const float *qp, size_t qs, size_t nq, \
+                                                   const uint8_t *codes, size_t n, float *scores) {        \
+        score_body256(L, qp, qs, nq, codes, n, scores, D, B);                                              \
+    }                                                                                                      \
+    KVQ_TARGET_AVX2 static void accum256_##D##_##B(const tq_layout *L, const float *w, size_t nq,          \
+                                                   const uint8_t *codes, size_t n, float *acc) {           \
+        accum_body256(L, w, nq, codes, n, acc, D, B);                                                      \
+    }
+TQ_SPECIALISED_256(DEF_FAST_256)
+
+KVQ_TARGET_AVX2 void tq_score_avx2(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
+                                   const uint8_t *codes, size_t n, float *scores) {
+#define CASE_S2(D, B) if (L->d == D && L->b == B) { score256_##D##_##B(L, qp, qstride, nq, codes, n, scores); return; }
+    if (direct_ok(L->d, L->b, 8)) { TQ_SPECIALISED_256(CASE_S2) }
+#undef CASE_S2
+    score256_generic(L, qp, qstride, nq, codes, n, scores);
+}
+
+KVQ_TARGET_AVX2 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
+                                   size_t n, float *acc) {
+#define CASE_A2(D, B) if (L->d == D && L->b == B) { accum256_##D##_##B(L, w, nq, codes, n, acc); return; }
+    if (direct_ok(L->d, L->b, 8)) { TQ_SPECIALISED_256(CASE_A2) }
+#undef CASE_A2
+    accum256_generic(L, w, nq, codes, n, acc);
 }
 
 /* Boundary count (idx = sum_i [x > t_i]) with 8-wide compares, <= 16 levels. */
