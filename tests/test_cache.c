@@ -257,6 +257,42 @@ static void test_methods(kvq_pool *pool) {
     check_policy("tq-mse:4", "tq-mse:3", 128, 2, 4, 300, 16, pool, &rng);
     check_policy("tq-prod:3", "tq-mse:2", 64, 3, 3, 700, 33, pool, &rng);
     check_policy("tq-mse:4+outliers=8", "tq-mse:4+outliers=8", 128, 2, 2, 400, 8, pool, &rng);
+    /* dims that are not powers of two (Haar rotations), the largest dim, large groups */
+    check_policy("tq-mse:3", "tq-mse:4", 96, 1, 5, 300, 0, pool, &rng);
+    check_policy("q8", "tq-mse:2", 80, 2, 16, 200, 4, pool, &rng);
+    check_policy("tq-mse:4", "f16", 512, 1, 65, 150, 0, pool, &rng);
+}
+
+/* ---- a whole causal prefill in one call (many query blocks, pages, window) ---- */
+static void test_prefill(kvq_pool *pool) {
+    tu_rng rng = {29};
+    const int H = 2, d = 64, G = 3, HQ = H * G;
+    const size_t n = 700, row = (size_t)H * d, on = n * HQ * (size_t)d;
+    kvq_cache_config cfg = base_cfg(1, H, d, "tq-mse:4", "tq-mse:3");
+    cfg.f16_window = 37;
+    kvq_cache *c;
+    CHECK_OK(kvq_cache_create(&c, &cfg));
+    float *k = gauss(&rng, n * row, 1.0), *v = gauss(&rng, n * row, 1.0), *q = gauss(&rng, on, 2.0);
+    float *out = malloc(on * sizeof *out);
+    double *ref = malloc(on * sizeof *ref);
+    CHECK_OK(kvq_cache_append(c, 0, k, v, n));
+    CHECK_OK(kvq_cache_attend(c, 0, q, n, HQ, 0, 0.125f, out, pool));
+    ref_from_cache(c, 0, q, n, HQ, 0, 0.125f, 0, ref);
+    double e = worst_row_err(out, ref, n * HQ, d);
+    CHECK(e < 2e-4, "whole prefill: rel err %.3g", e);
+    /* the first token sees only itself: its output is its own value */
+    const uint8_t *kr, *vr;
+    const kvq_plan *kp, *vp;
+    float v0[64];
+    CHECK_OK(cache_locate(c, 0, 1, 0, &kr, &kp, &vr, &vp));
+    CHECK_OK(kvq_decode(vp, vr, 1, v0));
+    CHECK(rel_err_f32(out + (size_t)(1 * G) * d, v0, (size_t)d) < 1e-5, "position 0 attends to itself");
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(ref);
+    kvq_cache_free(c);
 }
 
 /* ---- f32 / f16 caches against float64 attention on the raw inputs ---------- */
@@ -663,6 +699,7 @@ int main(void) {
     test_raw(p2);
     test_truncate(p2);
     test_sliding(p2);
+    test_prefill(p2);
     test_simd_threads(p2, p3);
     test_methods(p2);
     kvq_pool_free(p2);
