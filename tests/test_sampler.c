@@ -164,9 +164,15 @@ static void test_distributions(void) {
     check_distribution("top-k+top-p+min-p", &p, logits, want, N, draws);
 }
 
+static const float *qsort_logits;
+static int cmp_desc(const void *a, const void *b) {
+    float x = qsort_logits[*(const int *)a], y = qsort_logits[*(const int *)b];
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+
 static void test_exclusion_large(void) {
     /* on a large vocabulary the survivors are exactly the expected sets */
-    enum { N = 50000 };
+    enum { N = 20000 };
     static float logits[N];
     tu_rng r = {5};
     for (int i = 0; i < N; i++) logits[i] = 3.0f * (float)tu_gauss(&r);
@@ -195,6 +201,45 @@ static void test_exclusion_large(void) {
     for (int i = 0; i < 2000; i++) ok &= logits[sample1(&s, logits)] >= thr_k;
     CHECK(ok, "top-k 20 keeps only the 20 best");
     kvq_sampler_free(&s);
+
+    /* top-p on the whole vocabulary: rank of every draw against a full sort.
+     * At a high temperature the survivors are drawn almost uniformly, so the
+     * last one of the nucleus shows up too. */
+    {
+        static int rank[N], order[N];
+        for (int i = 0; i < N; i++) order[i] = i;
+        qsort_logits = logits;
+        qsort(order, N, sizeof order[0], cmp_desc);
+        for (int i = 0; i < N; i++) rank[order[i]] = i;
+        const float tps[2] = {0.3f, 0.9f};
+        for (int q = 0; q < 2; q++) {
+            double mx0 = logits[order[0]], z = 0, cum = 0;
+            for (int i = 0; i < N; i++) z += exp(logits[i] - mx0);
+            int m_exp = N;
+            for (int i = 0; i < N; i++) {
+                cum += exp(logits[order[i]] - mx0);
+                if (cum >= tps[q] * z) {
+                    m_exp = i + 1;
+                    break;
+                }
+            }
+            p.top_k = 0;
+            p.top_p = tps[q];
+            p.temperature = 1000.0f;
+            CHECK_OK(kvq_sampler_init(&s, &p, N));
+            int max_rank = -1;
+            for (int i = 0; i < 6 * m_exp + 200; i++) {
+                int rk = rank[sample1(&s, logits)];
+                if (rk > max_rank) max_rank = rk;
+            }
+            CHECK(max_rank >= m_exp - 2 && max_rank <= m_exp, "top-p %.2f: last kept rank %d, nucleus %d",
+                  (double)tps[q], max_rank, m_exp);
+            printf("  top-p %.2f: nucleus %d, highest rank drawn %d\n", (double)tps[q], m_exp, max_rank);
+            kvq_sampler_free(&s);
+        }
+        p.top_p = 1.0f;
+        p.temperature = 3.0f;
+    }
 
     p.top_k = 0;
     p.min_p = 0.3f;
