@@ -203,9 +203,10 @@ static void test_quality(void) {
         CHECK(q.cos > prev.cos && q.mse < prev.mse, "polar:%d does not improve on polar:%d", b, b - 1);
         prev = q;
     }
-    /* non power-of-two dims: Haar rotation, L = 4 where 16 | d, else L = 3 */
-    static const int odd_dims[6] = {80, 96, 112, 40, 72, 120};
-    for (int i = 0; i < 6; i++) {
+    /* other dims (Haar rotation unless a power of two): L = 4 where 16 | d,
+     * else L = 3; the bitstream's byte padding is counted */
+    static const int odd_dims[8] = {32, 48, 80, 96, 112, 40, 72, 120};
+    for (int i = 0; i < 8; i++) {
         int d = odd_dims[i];
         quality q = measure("polar", d, 1000, 9);
         int L = d % 16 == 0 ? 4 : 3, m = d >> L;

@@ -23,8 +23,9 @@
  *
  * Bits: the paper uses L = 4 levels, 4 bits for level-1 angles and 2 bits for
  * levels 2..4, with 16-bit final radii: (4·d/2 + 2·(d/4 + d/8 + d/16) +
- * 16·d/16) / d = 3.875 bits per value, the paper's figure, for every d that
- * 16 divides. That is `polar` = `polar:4`. The knob polar:B (B = 3..8) sets
+ * 16·d/16) / d = 3.875 bits per value, the paper's figure, exactly for every
+ * d that 64 divides (the angle bitstream is padded to a byte: d = 32 and 48
+ * cost 4.0, d = 80 3.9, d = 96 3.917). That is `polar` = `polar:4`. The knob polar:B (B = 3..8) sets
  * the level-1 bits to B and the bits of levels >= 2 to B - 2 (the paper's
  * two-bit gap between the uniform first level and the concentrated higher
  * ones): polar:3 = 3/1/1/1 (2.94 bits per value), polar:5 = 5/3/3/3 (4.81),
@@ -33,7 +34,8 @@
  * Dims: the pairing needs d divisible by 2^L. kvq head dims are multiples of
  * 8, so L = min(4, number of factors 2 in d): L = 4 for 32, 48, 64, 80, 96,
  * 112, 128, ..., L = 3 for d = 8·odd (40, 56, 72, 88, 104, 120, ...: 4.75
- * bits per value at polar:4, the level-3 radii being d/8 fp16 values). Non
+ * bits per value at polar:4 before padding, the level-3 radii being d/8 fp16
+ * values). Non
  * power-of-two d use the plan's Haar rotation; the angle densities are the
  * same because they depend only on the Gaussian input.
  *
