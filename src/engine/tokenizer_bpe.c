@@ -12,6 +12,8 @@
  * characters and merged: the adjacent pair of lowest merge rank first (the
  * leftmost on ties), until no pair has a merge. A heap keeps this O(n log n)
  * in the word length.
+ * Not done (as in llama.cpp): the NFC normalization of Qwen2's HF tokenizer;
+ * text is taken as it is (normally already NFC).
  */
 #include <stdlib.h>
 #include <string.h>
