@@ -147,7 +147,7 @@ int cmd_attn_bench(int argc, char **argv) {
 
     source src = {d, hkv, {seed}, NULL, NULL, 0, 0, 0};
     float *kfile = NULL, *vfile = NULL;
-    int rc = 0;
+    int rc = 0, reported = 0;
     if (data) {
         kvq_vecfile_info info;
         if ((rc = kvq_vecfile_read(data, &info, &kfile))) { fprintf(stderr, "attn-bench: %s: %s\n", data, kvq_strerror(rc)); return 1; }
@@ -188,7 +188,11 @@ int cmd_attn_bench(int argc, char **argv) {
     double *scr = malloc(2 * (size_t)rounds * sizeof *scr);
     if (!kb || !vb || !q || !o || !of || !scr) { rc = KVQ_ERR_NOMEM; goto done; }
     if ((rc = kvq_pool_create(&pool, threads))) goto done;
-    if ((rc = kvq_cache_create(&ours, &cfg))) { fprintf(stderr, "attn-bench: k=%s v=%s: ", ks, vs); goto done; }
+    if ((rc = kvq_cache_create(&ours, &cfg))) {
+        fprintf(stderr, "attn-bench: cache k=%s v=%s: %s\n", ks, vs, kvq_strerror(rc));
+        reported = 1;
+        goto done;
+    }
     cfg.k_spec = cfg.v_spec = "f16";
     cfg.f16_window = 0;
     if ((rc = kvq_cache_create(&f16, &cfg))) goto done;
@@ -253,7 +257,7 @@ int cmd_attn_bench(int argc, char **argv) {
         fflush(stdout);
     }
 done:
-    if (rc) fprintf(stderr, "attn-bench: %s\n", kvq_strerror(rc));
+    if (rc && !reported) fprintf(stderr, "attn-bench: %s\n", kvq_strerror(rc));
     kvq_cache_free(ours);
     kvq_cache_free(f16);
     kvq_cache_free(f32);
