@@ -408,6 +408,7 @@ void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, vo
     a->cols = cols;
     a->q8 = q8;
     a->q8_ready = 0;
+    a->f32_only = 0;
 }
 
 #define MM_MAX 4
@@ -452,12 +453,28 @@ static void mm_task(void *arg, int task, int thread) {
         ggml_dot_fn dot = j->k->dot[W->type];
         const void *act;
         size_t stride;
-        if (ggml_type_uses_q8a(W->type)) { act = A->q8; stride = ggml_q8a_row_bytes(A->cols); }
-        else { act = A->x; stride = (size_t)A->cols * sizeof(float); }
         r0 -= j->row0[m];
         r1 -= j->row0[m];
         float *Y = j->Y[m];
         int64_t ldy = j->ldy[m];
+        if (A->f32_only && ggml_type_uses_q8a(W->type)) {
+            /* weight rows outer: each row dequantized once, dotted with every token */
+            float wrow[GGML_F32ACT_MAX_COLS];
+            ggml_dot_fn fdot = j->k->dot[GGML_TYPE_F32];
+            stride = (size_t)A->cols * sizeof(float);
+            for (int64_t r = r0; r < r1; r++) {
+                ggml_dequant_row(W->type, (const uint8_t *)W->data + (size_t)r * W->row_bytes, wrow, A->cols);
+                for (int64_t t = 0; t < A->ntok; t += GGML_MAX_NX) {
+                    int nx = (int)(A->ntok - t < GGML_MAX_NX ? A->ntok - t : GGML_MAX_NX);
+                    float o[GGML_MAX_NX];
+                    fdot(A->cols, wrow, A->x + t * A->cols, stride, nx, o);
+                    for (int x = 0; x < nx; x++) Y[(t + x) * ldy + r] = o[x];
+                }
+            }
+            continue;
+        }
+        if (ggml_type_uses_q8a(W->type)) { act = A->q8; stride = ggml_q8a_row_bytes(A->cols); }
+        else { act = A->x; stride = (size_t)A->cols * sizeof(float); }
         /* activation tiles outer, weight rows inner: the task's weight rows
          * are reused from cache for every tile */
         for (int64_t t = 0; t < A->ntok; t += GGML_MAX_NX) {
@@ -488,7 +505,8 @@ int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *
         if (!ggml_type_supported(W[m]->type) || !k->dot[W[m]->type]) return KVQ_ERR_UNSUPPORTED;
         if (ggml_type_uses_q8a(W[m]->type)) {
             if (A->cols % 32) return KVQ_ERR_INVALID_ARG;
-            need_q8 = 1;
+            if (A->f32_only && A->cols > GGML_F32ACT_MAX_COLS) return KVQ_ERR_INVALID_ARG;
+            need_q8 = !A->f32_only;
         }
         j.W[m] = W[m];
         j.Y[m] = Y[m];

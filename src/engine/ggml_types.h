@@ -192,9 +192,14 @@ typedef struct ggml_acts {
     int64_t ntok, cols;
     void *q8;         /* (ntok, q8a row) workspace */
     int q8_ready;
+    int f32_only;     /* 1: quantized weights are dequantized (per row, once per
+                       * call) and dotted with the f32 rows: no activation rounding,
+                       * slower; cols <= GGML_F32ACT_MAX_COLS */
 } ggml_acts;
 
-/* Starts a batch (q8_ready = 0). */
+#define GGML_F32ACT_MAX_COLS 16384
+
+/* Starts a batch (q8_ready = 0, f32_only = 0). */
 void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8);
 
 /*

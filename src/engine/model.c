@@ -1,0 +1,305 @@
+/*
+ * Model loading: hyperparameters from GGUF metadata, weight views into the
+ * mapping, every tensor checked (presence, shape, type) before use.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t cap, int rc, const char *fmt, ...) {
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+const char *kvq_rope_type_name(kvq_rope_type t) { return t == KVQ_ROPE_NEOX ? "neox" : "norm"; }
+
+/* "{arch}.{suffix}" */
+static const char *akey(char *buf, size_t cap, const kvq_model_config *c, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", c->arch_name, suffix);
+    return buf;
+}
+
+/* Reads a positive int hyperparameter; absent -> def (def < 0: required). */
+static int get_int(const gguf_file *g, const kvq_model_config *c, const char *suffix, int def, int *out, char *err,
+                   size_t cap) {
+    char k[128];
+    uint32_t v;
+    int rc = gguf_get_u32(g, akey(k, sizeof k, c, suffix), &v);
+    if (rc == GGUF_NOT_FOUND) {
+        if (def < 0) return fail(err, cap, KVQ_ERR_FORMAT, "missing metadata %s", k);
+        *out = def;
+        return KVQ_OK;
+    }
+    if (rc) return fail(err, cap, rc, "metadata %s: not an unsigned integer (arrays are not supported)", k);
+    if (v > (1u << 30)) return fail(err, cap, KVQ_ERR_FORMAT, "metadata %s = %u out of range", k, v);
+    *out = (int)v;
+    return KVQ_OK;
+}
+
+static int get_float(const gguf_file *g, const kvq_model_config *c, const char *suffix, float def, float *out,
+                     char *err, size_t cap) {
+    char k[128];
+    int rc = gguf_get_f32(g, akey(k, sizeof k, c, suffix), out);
+    if (rc == GGUF_NOT_FOUND) { *out = def; return KVQ_OK; }
+    if (rc) return fail(err, cap, rc, "metadata %s: not a number", k);
+    if (!isfinite(*out)) return fail(err, cap, KVQ_ERR_FORMAT, "metadata %s is not finite", k);
+    return KVQ_OK;
+}
+
+static int read_config(const gguf_file *g, kvq_model_config *c, char *err, size_t cap) {
+    int rc = gguf_get_cstr(g, "general.architecture", c->arch_name, sizeof c->arch_name);
+    if (rc == GGUF_NOT_FOUND) return fail(err, cap, KVQ_ERR_FORMAT, "missing general.architecture");
+    if (rc) return fail(err, cap, rc, "general.architecture is not a string");
+    if (!strcmp(c->arch_name, "llama")) c->arch = KVQ_ARCH_LLAMA;
+    else if (!strcmp(c->arch_name, "qwen2")) c->arch = KVQ_ARCH_QWEN2;
+    else if (!strcmp(c->arch_name, "gemma3")) c->arch = KVQ_ARCH_GEMMA3;
+    else return fail(err, cap, KVQ_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, gemma3)", c->arch_name);
+    c->name[0] = 0;
+    (void)gguf_get_cstr(g, "general.name", c->name, sizeof c->name);
+
+    if ((rc = get_int(g, c, "block_count", -1, &c->n_layers, err, cap))) return rc;
+    if ((rc = get_int(g, c, "embedding_length", -1, &c->n_embd, err, cap))) return rc;
+    if ((rc = get_int(g, c, "feed_forward_length", -1, &c->n_ff, err, cap))) return rc;
+    if ((rc = get_int(g, c, "attention.head_count", -1, &c->n_head, err, cap))) return rc;
+    if ((rc = get_int(g, c, "attention.head_count_kv", c->n_head, &c->n_head_kv, err, cap))) return rc;
+    if (c->n_layers < 1 || c->n_layers > KVQ_MAX_LAYERS || c->n_embd < 1 || c->n_ff < 1 || c->n_head < 1 ||
+        c->n_head_kv < 1 || c->n_head % c->n_head_kv)
+        return fail(err, cap, KVQ_ERR_FORMAT, "inconsistent hyperparameters (layers %d, embd %d, ff %d, heads %d/%d)",
+                    c->n_layers, c->n_embd, c->n_ff, c->n_head, c->n_head_kv);
+    int hd_v;
+    if ((rc = get_int(g, c, "attention.key_length", c->n_embd / c->n_head, &c->head_dim, err, cap))) return rc;
+    if ((rc = get_int(g, c, "attention.value_length", c->head_dim, &hd_v, err, cap))) return rc;
+    if (hd_v != c->head_dim)
+        return fail(err, cap, KVQ_ERR_UNSUPPORTED, "key length %d != value length %d", c->head_dim, hd_v);
+    if (c->head_dim < KVQ_DIM_MIN || c->head_dim > KVQ_DIM_MAX || c->head_dim % 8)
+        return fail(err, cap, KVQ_ERR_UNSUPPORTED, "head dim %d not supported by the cache", c->head_dim);
+    if ((rc = get_int(g, c, "rope.dimension_count", c->head_dim, &c->n_rot, err, cap))) return rc;
+    if (c->n_rot < 2 || c->n_rot > c->head_dim || c->n_rot % 2)
+        return fail(err, cap, KVQ_ERR_FORMAT, "rope dimension count %d invalid for head dim %d", c->n_rot, c->head_dim);
+    if ((rc = get_int(g, c, "context_length", 0, &c->n_ctx_train, err, cap))) return rc;
+    if ((rc = get_int(g, c, "vocab_size", 0, &c->n_vocab, err, cap))) return rc;
+
+    float def_eps = c->arch == KVQ_ARCH_GEMMA3 ? 1e-6f : 1e-5f;
+    if ((rc = get_float(g, c, "attention.layer_norm_rms_epsilon", def_eps, &c->norm_eps, err, cap))) return rc;
+    if ((rc = get_float(g, c, "rope.freq_base", 10000.0f, &c->rope_base, err, cap))) return rc;
+    float factor = 0.0f;
+    if ((rc = get_float(g, c, "rope.scaling.factor", 0.0f, &factor, err, cap))) return rc;
+    char st[32] = "";
+    char k[128];
+    (void)gguf_get_cstr(g, akey(k, sizeof k, c, "rope.scaling.type"), st, sizeof st);
+    if (st[0] && strcmp(st, "linear") && strcmp(st, "none"))
+        return fail(err, cap, KVQ_ERR_UNSUPPORTED, "rope scaling '%s' is not supported", st);
+    c->rope_freq_scale = (factor > 0.0f && strcmp(st, "none")) ? 1.0f / factor : 1.0f;
+    if ((rc = get_float(g, c, "final_logit_softcapping", 0.0f, &c->final_softcap, err, cap))) return rc;
+    if (c->rope_base <= 0.0f || c->norm_eps <= 0.0f || c->final_softcap < 0.0f)
+        return fail(err, cap, KVQ_ERR_FORMAT, "invalid rope base / eps / softcap");
+
+    c->rope_base_swa = c->rope_base;
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    c->embd_scale = 1.0f;
+    c->act = KVQ_ACT_SILU;
+    c->rope_type = KVQ_ROPE_NORM;
+    c->qk_norm = c->post_norms = c->qkv_bias = 0;
+    c->n_swa = 0;
+    memset(c->sliding_window, 0, sizeof c->sliding_window);
+    switch (c->arch) {
+    case KVQ_ARCH_LLAMA: break;
+    case KVQ_ARCH_QWEN2:
+        c->rope_type = KVQ_ROPE_NEOX;
+        c->qkv_bias = 1;
+        break;
+    case KVQ_ARCH_GEMMA3: {
+        c->rope_type = KVQ_ROPE_NEOX;
+        c->qk_norm = c->post_norms = 1;
+        c->act = KVQ_ACT_GELU_TANH;
+        c->embd_scale = sqrtf((float)c->n_embd);
+        c->rope_base_swa = 10000.0f;
+        if (c->n_layers == 62) c->attn_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
+        if ((rc = get_int(g, c, "attention.sliding_window", -1, &c->n_swa, err, cap))) return rc;
+        if (c->n_swa < 1) return fail(err, cap, KVQ_ERR_FORMAT, "sliding window %d", c->n_swa);
+        /* pattern: llama.cpp's set_swa_pattern(6) unless the file says otherwise */
+        const gguf_kv *pat = gguf_find_kv(g, akey(k, sizeof k, c, "attention.sliding_window_pattern"));
+        for (int l = 0; l < c->n_layers; l++) c->sliding_window[l] = (l % 6 < 5) ? c->n_swa : 0;
+        if (pat && pat->type == GGUF_TYPE_ARRAY) {
+            if (pat->v.arr.n != (uint64_t)c->n_layers)
+                return fail(err, cap, KVQ_ERR_FORMAT, "sliding_window_pattern has %llu entries for %d layers",
+                            (unsigned long long)pat->v.arr.n, c->n_layers);
+            for (int l = 0; l < c->n_layers; l++) {
+                int64_t v;
+                if ((rc = gguf_arr_i64(pat, (uint64_t)l, &v)))
+                    return fail(err, cap, rc, "sliding_window_pattern entry %d", l);
+                c->sliding_window[l] = v ? c->n_swa : 0;
+            }
+        } else if (pat) {
+            uint32_t p;
+            if ((rc = gguf_get_u32(g, k, &p)) || p < 1) return fail(err, cap, KVQ_ERR_FORMAT, "bad %s", k);
+            for (int l = 0; l < c->n_layers; l++) c->sliding_window[l] = (l % (int)p < (int)p - 1) ? c->n_swa : 0;
+        }
+        break;
+    }
+    }
+    return KVQ_OK;
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+typedef struct {
+    kvq_model *m;
+    char *err;
+    size_t cap;
+    float *owned_next;
+} loader;
+
+static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols, ggml_matrix *out,
+                      int required) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    const gguf_tensor *t = gguf_find_tensor(L->m->gguf, name);
+    if (!t) {
+        if (!required) return GGUF_NOT_FOUND;
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "missing tensor %s", name);
+    }
+    if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
+                    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols, (long long)rows);
+    if (!ggml_type_supported((ggml_type)t->type) || !t->size_known)
+        return fail(L->err, L->cap, KVQ_ERR_UNSUPPORTED, "tensor %s has unsupported type %s (%u)", name,
+                    gguf_ggml_type_name(t->type), t->type);
+    if (ggml_type_uses_q8a((ggml_type)t->type) && cols % 32)
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: row length %lld", name, (long long)cols);
+    out->data = t->data;
+    out->type = (ggml_type)t->type;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = ggml_row_bytes(out->type, cols);
+    L->m->n_weight_bytes += t->n_bytes;
+    L->m->type_count[t->type]++;
+    return KVQ_OK;
+}
+
+/* A 1-D tensor of n values, converted to f32 into the owned buffer. */
+static int get_vector(loader *L, const char *fmt, int layer, int64_t n, const float **out, int required) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    const gguf_tensor *t = gguf_find_tensor(L->m->gguf, name);
+    *out = NULL;
+    if (!t) {
+        if (!required) return GGUF_NOT_FOUND;
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "missing tensor %s", name);
+    }
+    if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s has %llu values, expected %lld", name,
+                    (unsigned long long)t->n_elems, (long long)n);
+    if (!ggml_type_supported((ggml_type)t->type) || !t->size_known)
+        return fail(L->err, L->cap, KVQ_ERR_UNSUPPORTED, "tensor %s has unsupported type %s", name,
+                    gguf_ggml_type_name(t->type));
+    int rc = ggml_dequant_row((ggml_type)t->type, t->data, L->owned_next, n);
+    if (rc) return fail(L->err, L->cap, rc, "tensor %s cannot be read", name);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(L->owned_next[i])) return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s is not finite", name);
+    *out = L->owned_next;
+    L->owned_next += n;
+    L->m->n_weight_bytes += t->n_bytes;
+    L->m->type_count[t->type]++;
+    return KVQ_OK;
+}
+
+static int load_tensors(kvq_model *m, char *err, size_t cap) {
+    const kvq_model_config *c = &m->cfg;
+    const gguf_file *g = m->gguf;
+    int64_t E = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim;
+
+    /* vocabulary size: token_embd's rows (checked against vocab_size when present) */
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te || te->n_dims != 2) return fail(err, cap, KVQ_ERR_FORMAT, "missing or misshaped token_embd.weight");
+    if (te->ne[1] < 1 || te->ne[1] > (1u << 30)) return fail(err, cap, KVQ_ERR_FORMAT, "token_embd.weight rows");
+    if (c->n_vocab && (uint64_t)c->n_vocab != te->ne[1])
+        return fail(err, cap, KVQ_ERR_FORMAT, "vocab_size %d but token_embd has %llu rows", c->n_vocab,
+                    (unsigned long long)te->ne[1]);
+    m->cfg.n_vocab = (int)te->ne[1];
+    int64_t V = m->cfg.n_vocab;
+
+    /* owned f32 vectors: norms (2-4 per layer + q/k norms) + biases + output norm + rope freqs */
+    size_t nvec = (size_t)c->n_layers * (size_t)(4 * E + 2 * c->head_dim + Q + 2 * KV) + (size_t)E + (size_t)c->n_rot;
+    m->owned = malloc(nvec * sizeof(float));
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->owned || !m->layers) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
+    loader L = {m, err, cap, m->owned};
+    int rc;
+    if ((rc = get_matrix(&L, "token_embd.weight", 0, V, E, &m->tok_embd, 1))) return rc;
+    rc = get_matrix(&L, "output.weight", 0, V, E, &m->output, 0);
+    if (rc == GGUF_NOT_FOUND) { m->output = m->tok_embd; m->tied_output = 1; }
+    else if (rc) return rc;
+    if ((rc = get_vector(&L, "output_norm.weight", 0, E, &m->output_norm, 1))) return rc;
+    rc = get_vector(&L, "rope_freqs.weight", 0, c->n_rot / 2, &m->rope_freqs, 0);
+    if (rc < 0) return rc;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        kvq_layer *y = &m->layers[l];
+        if ((rc = get_vector(&L, "blk.%d.attn_norm.weight", l, E, &y->attn_norm, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.attn_q.weight", l, Q, E, &y->wq, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.attn_k.weight", l, KV, E, &y->wk, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.attn_v.weight", l, KV, E, &y->wv, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.attn_output.weight", l, E, Q, &y->wo, 1))) return rc;
+        if ((rc = get_vector(&L, "blk.%d.ffn_norm.weight", l, E, &y->ffn_norm, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.ffn_gate.weight", l, F, E, &y->w_gate, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.ffn_up.weight", l, F, E, &y->w_up, 1))) return rc;
+        if ((rc = get_matrix(&L, "blk.%d.ffn_down.weight", l, E, F, &y->w_down, 1))) return rc;
+        if (c->qkv_bias) {
+            if ((rc = get_vector(&L, "blk.%d.attn_q.bias", l, Q, &y->bq, 1))) return rc;
+            if ((rc = get_vector(&L, "blk.%d.attn_k.bias", l, KV, &y->bk, 1))) return rc;
+            if ((rc = get_vector(&L, "blk.%d.attn_v.bias", l, KV, &y->bv, 1))) return rc;
+        }
+        if (c->qk_norm) {
+            if ((rc = get_vector(&L, "blk.%d.attn_q_norm.weight", l, c->head_dim, &y->q_norm, 1))) return rc;
+            if ((rc = get_vector(&L, "blk.%d.attn_k_norm.weight", l, c->head_dim, &y->k_norm, 1))) return rc;
+        }
+        if (c->post_norms) {
+            if ((rc = get_vector(&L, "blk.%d.post_attention_norm.weight", l, E, &y->post_attn_norm, 1))) return rc;
+            if ((rc = get_vector(&L, "blk.%d.post_ffw_norm.weight", l, E, &y->post_ffw_norm, 1))) return rc;
+        }
+    }
+    return KVQ_OK;
+}
+
+int kvq_model_from_gguf(kvq_model **out, gguf_file *g, char *err, size_t err_cap) {
+    if (!out || !g) return KVQ_ERR_NULL;
+    kvq_model *m = calloc(1, sizeof *m);
+    if (!m) return KVQ_ERR_NOMEM;
+    m->gguf = g;
+    int rc = read_config(g, &m->cfg, err, err_cap);
+    if (!rc) rc = load_tensors(m, err, err_cap);
+    if (rc) {
+        m->gguf = NULL; /* not taken on failure */
+        kvq_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return KVQ_OK;
+}
+
+int kvq_model_load(kvq_model **out, const char *path, char *err, size_t err_cap) {
+    if (!out || !path) return KVQ_ERR_NULL;
+    gguf_file *g = NULL;
+    int rc = gguf_open(&g, path);
+    if (rc) return fail(err, err_cap, rc, "%s: %s", path, kvq_strerror(rc));
+    rc = kvq_model_from_gguf(out, g, err, err_cap);
+    if (rc) gguf_close(g);
+    return rc;
+}
+
+void kvq_model_free(kvq_model *m) {
+    if (!m) return;
+    free(m->layers);
+    free(m->owned);
+    gguf_close(m->gguf);
+    free(m);
+}
