@@ -42,9 +42,9 @@ typedef struct attn_job {
     size_t rmax;            /* rows per task at most */
     size_t qf;              /* floats of a row prepared for the main plan */
     int has_main;           /* main-store records are visible */
-    float *qmain, *qf16;    /* prepared rows: head h, row r at (h * nq * G + r) */
+    float *qmain, *qf16;    /* split-K: prepared rows, head h, row r at (h * nq * G + r) */
     float *partial;         /* nchunk > 1: one state per task */
-    float *scratch;         /* per thread: scores, a state, a row */
+    float *scratch;         /* per thread: scores, a state, a row, prepared rows of a task */
     size_t state_floats, scratch_floats;
     atomic_int err;
 } attn_job;
@@ -82,22 +82,30 @@ static void set_err(attn_job *J, int rc) {
     if (rc) atomic_compare_exchange_strong(&J->err, &z, rc);
 }
 
-/* ---- phase 1: scaled and prepared queries -------------------------------- */
-static void prep_task(void *arg, int task, int thread) {
-    (void)thread;
-    attn_job *J = arg;
-    const int h = task / (int)J->nqb, G = J->G, d = J->d;
-    const size_t t0 = (size_t)(task % (int)J->nqb) * J->qt, t1 = t0 + J->qt < J->nq ? t0 + J->qt : J->nq;
+/* ---- queries: scaled (f16 runs) and prepared for the main plan ------------ */
+/* Rows of query tokens [t0, t1) of head h into qh (d floats each) and qm (qf each). */
+static void prep_rows(attn_job *J, int h, size_t t0, size_t t1, float *qh, float *qm) {
+    const int G = J->G, d = J->d;
     const kvq_plan *kp = J->has_main ? layer_kplan(J->L, h) : NULL;
     for (size_t t = t0; t < t1; t++) {
         for (int g = 0; g < G; g++) {
-            size_t r = ((size_t)h * J->nq + t) * G + g;
+            size_t r = (t - t0) * G + g;
             const float *src = J->q + (t * J->HQ + (size_t)h * G + g) * d;
-            float *dst = J->qf16 + r * d;
+            float *dst = qh + r * d;
             for (int i = 0; i < d; i++) dst[i] = src[i] * J->scale;
-            if (kp) set_err(J, kvq_query_prepare(kp, dst, J->qmain + r * J->qf));
+            if (kp) set_err(J, kvq_query_prepare(kp, dst, qm + r * J->qf));
         }
     }
+}
+
+/* Split-K phase 1: rows of (head, query block) into the shared buffers, once. */
+static void prep_task(void *arg, int task, int thread) {
+    (void)thread;
+    attn_job *J = arg;
+    const int h = task / (int)J->nqb;
+    const size_t t0 = (size_t)(task % (int)J->nqb) * J->qt, t1 = t0 + J->qt < J->nq ? t0 + J->qt : J->nq;
+    const size_t r0 = ((size_t)h * J->nq + t0) * J->G;
+    prep_rows(J, h, t0, t1, J->qf16 + r0 * J->d, J->qmain + r0 * J->qf);
 }
 
 /* ---- output of finished rows ------------------------------------------------ */
@@ -133,6 +141,19 @@ static void attn_task(void *arg, int task, int thread) {
     float *S = scr, *tmp = scr + J->rmax * CACHE_BLOCK_TOKENS + J->state_floats;
     attn_state st = state_at(J, J->nchunk > 1 ? J->partial + (size_t)task * J->state_floats : scr + J->rmax * CACHE_BLOCK_TOKENS);
     state_init(J, &st, rows);
+    /* the task's query rows: prepared once by phase 1 (split-K, rows shared by
+     * chunks), else here (each row belongs to exactly one task) */
+    const float *qm, *qh;
+    if (J->nchunk > 1) {
+        const size_t r0 = ((size_t)h * J->nq + t0) * G;
+        qm = J->qmain + r0 * J->qf;
+        qh = J->qf16 + r0 * d;
+    } else {
+        float *ph = tmp + d, *pm = ph + J->rmax * (size_t)d;
+        prep_rows(J, h, t0, t1, ph, pm);
+        qh = ph;
+        qm = pm;
+    }
 
     size_t a = row_lo(L, pos0 + t0), b = pos0 + t1;
     if (J->nchunk > 1) {
@@ -140,7 +161,6 @@ static void attn_task(void *arg, int task, int thread) {
         if (a < ca) a = ca;
         if (b > cb) b = cb;
     }
-    const float *qm = J->qmain + ((size_t)h * J->nq) * G * J->qf, *qh = J->qf16 + ((size_t)h * J->nq) * G * d;
     while (a < b) {
         cache_seg seg;
         store_segment(J->c, L, h, a, b, &seg);
@@ -154,7 +174,7 @@ static void attn_task(void *arg, int task, int thread) {
         }
         if (ta < tb) {
             const size_t ra = (ta - t0) * G, nr = (tb - ta) * G;
-            const float *qr = seg.dom == DOM_MAIN ? qm + ta * G * J->qf : qh + ta * G * d;
+            const float *qr = seg.dom == DOM_MAIN ? qm + (ta - t0) * G * J->qf : qh + (ta - t0) * G * d;
             set_err(J, kvq_score(seg.kp, qr, nr, seg.k, n, S));
             for (size_t i = 0; i < nr; i++) {
                 const size_t r = ra + i, pt = pos0 + t0 + r / G, lo = row_lo(L, pt);
@@ -259,8 +279,8 @@ int kvq_cache_attend(kvq_cache *c, int layer, const float *q, size_t nq, int n_q
     const size_t ntask = (size_t)H * J.nqb * J.nchunk;
     if (ntask > (size_t)0x7fffffff || nq > SIZE_MAX / 64 / ((size_t)n_q_heads * (d + 64))) return KVQ_ERR_OVERFLOW;
     J.state_floats = al16(2 * J.rmax + 2 * J.rmax * (size_t)d + 2);
-    J.scratch_floats = al16(J.rmax * CACHE_BLOCK_TOKENS + J.state_floats + (size_t)d);
-    const size_t rows_all = (size_t)H * nq * G;
+    J.scratch_floats = al16(J.rmax * CACHE_BLOCK_TOKENS + J.state_floats + (size_t)d + J.rmax * ((size_t)d + J.qf));
+    const size_t rows_all = J.nchunk > 1 ? (size_t)H * nq * G : 0;
     const size_t n16 = al16(rows_all * d), nm = al16(rows_all * J.qf);
     const size_t np = J.nchunk > 1 ? ntask * J.state_floats : 0;
     const size_t need = n16 + nm + np + (size_t)T * J.scratch_floats;
@@ -276,14 +296,9 @@ int kvq_cache_attend(kvq_cache *c, int layer, const float *q, size_t nq, int n_q
     J.scratch = c->ws + n16 + nm + np;
 
     const int nprep = H * (int)J.nqb;
-    int rc;
-    if (rows_all <= 256) {
+    if (J.nchunk > 1) /* few rows (split-K is only used when heads x query blocks < 16) */
         for (int t = 0; t < nprep; t++) prep_task(&J, t, 0);
-        rc = KVQ_OK;
-    } else {
-        rc = kvq_pool_run(pool, prep_task, &J, nprep);
-    }
-    if (!rc) rc = kvq_pool_run(pool, attn_task, &J, (int)ntask);
+    int rc = kvq_pool_run(pool, attn_task, &J, (int)ntask);
     if (!rc && J.nchunk > 1) rc = kvq_pool_run(pool, merge_task, &J, nprep);
     if (!rc) rc = atomic_load(&J.err);
     return rc;
