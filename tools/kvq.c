@@ -16,6 +16,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"codec-bench", cmd_codec_bench, "measure every codec method on Gaussian, Laplacian or dumped K/V vectors"},
     {"attn-bench", cmd_attn_bench, "decode attention on a compressed cache vs the f16 cache: time, error, memory"},
     {"logits", cmd_logits, "all-position logits of a token list run as one batch (n_tokens x n_vocab float32)"},
+    {"inspect", cmd_inspect, "describe a GGUF model: architecture, layers, heads, head dim, context, rope, weight types"},
 };
 
 static void usage(FILE *f) {

@@ -7,9 +7,14 @@
 int cmd_codec_bench(int argc, char **argv);
 int cmd_attn_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 /* Monotonic wall-clock seconds. */
 double tool_now(void);
 /* Parses "a,b,c" integers into out (at most max); returns count or -1. */
 int tool_parse_int_list(const char *s, long *out, int max);
+/* Path of the default model (SmolLM2) into buf: $KVQ_MODELS_DIR, ./models, then
+ * the repository's models/; with fetch, runs scripts/fetch-models.sh --default
+ * when it is missing. Returns 0 when the file exists. */
+int tool_default_model(char *buf, size_t cap, int fetch);
 #endif

@@ -1,0 +1,100 @@
+/* kvq inspect: what a GGUF model is (architecture, shapes, rope, windows, weight types). */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "kvq.h"
+#include "tools.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvq inspect [MODEL] [--tensors]\n"
+               "  architecture, layers, heads, head dim, context, rope, sliding windows, weight types;\n"
+               "  MODEL defaults to the installed SmolLM2; --tensors lists every tensor\n");
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    int list = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--tensors")) list = 1;
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (argv[i][0] != '-' && !path) path = argv[i];
+        else { usage(stderr); return 2; }
+    }
+    char def[4096];
+    if (!path) {
+        if (tool_default_model(def, sizeof def, 0)) { fprintf(stderr, "kvq inspect: no model given and none installed\n"); return 2; }
+        path = def;
+    }
+    gguf_file *g = NULL;
+    int rc = gguf_open(&g, path);
+    if (rc) { fprintf(stderr, "kvq inspect: %s: %s\n", path, kvq_strerror(rc)); return 1; }
+    printf("file           %s\n", path);
+    printf("gguf           v%u, %zu metadata keys, %zu tensors, alignment %u, data at %llu, %llu bytes\n",
+           gguf_version(g), gguf_n_kv(g), gguf_n_tensors(g), gguf_alignment(g),
+           (unsigned long long)gguf_data_offset(g), (unsigned long long)gguf_file_size(g));
+    char tm[32] = "?", pre[64] = "";
+    gguf_get_cstr(g, "tokenizer.ggml.model", tm, sizeof tm);
+    gguf_get_cstr(g, "tokenizer.ggml.pre", pre, sizeof pre);
+    int counts[64] = {0};
+    for (size_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        counts[t->type < 64 ? t->type : 63]++;
+        if (list) {
+            printf("  %-40.*s %-5s [", (int)t->name.len, t->name.ptr, gguf_ggml_type_name(t->type));
+            for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
+            printf("] %llu bytes\n", (unsigned long long)t->n_bytes);
+        }
+    }
+    char err[256] = "";
+    kvq_model *m = NULL;
+    rc = kvq_model_from_gguf(&m, g, err, sizeof err);
+    if (rc) {
+        char arch[32] = "?";
+        gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
+        printf("architecture   %s (not loadable: %s)\n", arch, err);
+        gguf_close(g);
+        return 1;
+    }
+    const kvq_model_config *c = &m->cfg;
+    printf("name           %s\n", c->name[0] ? c->name : "(none)");
+    printf("architecture   %s\n", c->arch_name);
+    printf("layers         %d\n", c->n_layers);
+    printf("embedding      %d\n", c->n_embd);
+    printf("feed-forward   %d (%s)\n", c->n_ff, c->act == KVQ_ACT_GELU_TANH ? "GeGLU, tanh GELU" : "SwiGLU");
+    printf("heads          %d query / %d kv (group %d)\n", c->n_head, c->n_head_kv, c->n_head / c->n_head_kv);
+    printf("head dim       %d\n", c->head_dim);
+    printf("context        %d (trained)\n", c->n_ctx_train);
+    printf("vocabulary     %d (tokenizer %s%s%s)\n", c->n_vocab, tm, pre[0] ? ", pre " : "", pre);
+    printf("rope           %s, %d dims, base %g", kvq_rope_type_name(c->rope_type), c->n_rot, c->rope_base);
+    if (c->rope_freq_scale != 1.0f) printf(", linear scale 1/%g", 1.0 / c->rope_freq_scale);
+    if (m->rope_freqs) printf(", frequency factors");
+    printf("\n");
+    int nswa = 0;
+    for (int l = 0; l < c->n_layers; l++) nswa += c->sliding_window[l] > 0;
+    if (nswa) {
+        printf("sliding window %d on %d layers (rope base %g); global layers:", c->n_swa, nswa, c->rope_base_swa);
+        for (int l = 0; l < c->n_layers; l++)
+            if (!c->sliding_window[l]) printf(" %d", l);
+        printf("\n");
+    } else {
+        printf("sliding window none\n");
+    }
+    printf("norms          RMSNorm eps %g%s%s\n", c->norm_eps, c->qk_norm ? ", QK-norm" : "",
+           c->post_norms ? ", post-attention/post-FFN norms" : "");
+    printf("attention      scale %g%s\n", c->attn_scale, c->qkv_bias ? ", q/k/v biases" : "");
+    if (c->embd_scale != 1.0f) printf("embed scale    %g\n", c->embd_scale);
+    if (c->final_softcap > 0) printf("logit softcap  %g\n", c->final_softcap);
+    printf("output         %s\n", m->tied_output ? "tied to token_embd" : "output.weight");
+    printf("tensor types  ");
+    for (int t = 0; t < 64; t++)
+        if (counts[t]) printf(" %s x%d", gguf_ggml_type_name((uint32_t)t), counts[t]);
+    printf("\nweights        %.1f MiB\n", (double)m->n_weight_bytes / (1024.0 * 1024.0));
+    printf("kv per token   %zu bytes as f16 (%d layers x %d kv heads x %d x 2 x 2)\n",
+           (size_t)c->n_layers * (size_t)c->n_head_kv * (size_t)c->head_dim * 4, c->n_layers, c->n_head_kv,
+           c->head_dim);
+    kvq_model_free(m); /* closes g */
+    return 0;
+}
