@@ -17,6 +17,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"attn-bench", cmd_attn_bench, "decode attention on a compressed cache vs the f16 cache: time, error, memory"},
     {"logits", cmd_logits, "all-position logits of a token list run as one batch (n_tokens x n_vocab float32)"},
     {"inspect", cmd_inspect, "describe a GGUF model: architecture, layers, heads, head dim, context, rope, weight types"},
+    {"run", cmd_run, "generate text on a compressed KV cache (streams text; speed and cache memory on stderr)"},
 };
 
 static void usage(FILE *f) {
