@@ -18,6 +18,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"logits", cmd_logits, "all-position logits of a token list run as one batch (n_tokens x n_vocab float32)"},
     {"inspect", cmd_inspect, "describe a GGUF model: architecture, layers, heads, head dim, context, rope, weight types"},
     {"run", cmd_run, "generate text on a compressed KV cache (streams text; speed and cache memory on stderr)"},
+    {"dump-kv", cmd_dump_kv, "write a model's real K/V vectors for a text as vector files (for codec-bench, attn-bench)"},
 };
 
 static void usage(FILE *f) {

@@ -9,6 +9,7 @@ int cmd_attn_bench(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_dump_kv(int argc, char **argv);
 
 /* Monotonic wall-clock seconds. */
 double tool_now(void);

@@ -1,0 +1,198 @@
+/*
+ * kvq dump-kv: runs a text through a model and writes the real keys (after
+ * RoPE) and values of every layer as vector files (docs/FORMAT.md), ordered
+ * (layer, token, head), for codec-bench / attn-bench.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model.h"
+#include "engine/tok_gguf.h"
+#include "engine/tokenizer.h"
+#include "kvq.h"
+#include "tools.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvq dump-kv [-m MODEL] -f TEXT -o OUT [options]\n"
+            "  writes OUT.k.vec (keys, after RoPE) and OUT.v.vec (values): every layer's K/V vectors\n"
+            "  for the tokens of TEXT, ordered (layer, token, head), head_dim values each\n"
+            "  --max-tokens N    tokens of TEXT to use (default 2048)\n"
+            "  --layers LIST     only these layers (comma-separated; default all)\n"
+            "  --dtype f32|f16   element type in the files (default f32)\n"
+            "  --threads T       threads (default 2)\n");
+}
+
+typedef struct {
+    int n_layers, kv;        /* layers of the model, n_head_kv * head_dim */
+    size_t max_tok;
+    const int *keep;         /* (n_layers) 1 if the layer is dumped */
+    float **k, **v;          /* per layer: (max_tok, kv) */
+} dump_state;
+
+static void hook(void *user, int layer, size_t pos0, const float *k, const float *v, size_t ntok) {
+    dump_state *d = user;
+    if (!d->keep[layer] || pos0 >= d->max_tok) return;
+    if (pos0 + ntok > d->max_tok) ntok = d->max_tok - pos0;
+    memcpy(d->k[layer] + pos0 * (size_t)d->kv, k, ntok * (size_t)d->kv * sizeof(float));
+    memcpy(d->v[layer] + pos0 * (size_t)d->kv, v, ntok * (size_t)d->kv * sizeof(float));
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+        if (n == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) { free(buf); buf = NULL; }
+            else buf = b;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+int cmd_dump_kv(int argc, char **argv) {
+    const char *model = NULL, *text_path = NULL, *out = NULL, *layers = NULL, *dtype = "f32";
+    long max_tokens = 2048;
+    int threads = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!v) { fprintf(stderr, "kvq dump-kv: %s needs a value\n", a); return 2; }
+        i++;
+        if (!strcmp(a, "-m")) model = v;
+        else if (!strcmp(a, "-f")) text_path = v;
+        else if (!strcmp(a, "-o")) out = v;
+        else if (!strcmp(a, "--max-tokens")) max_tokens = atol(v);
+        else if (!strcmp(a, "--layers")) layers = v;
+        else if (!strcmp(a, "--dtype")) dtype = v;
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else { fprintf(stderr, "kvq dump-kv: unknown option %s\n", a); usage(stderr); return 2; }
+    }
+    if (!text_path || !out || max_tokens < 1 || threads < 1 || (strcmp(dtype, "f32") && strcmp(dtype, "f16"))) {
+        usage(stderr);
+        return 2;
+    }
+    char def[4096];
+    if (!model) {
+        if (tool_default_model(def, sizeof def, 1)) { fprintf(stderr, "kvq dump-kv: no model\n"); return 1; }
+        model = def;
+    }
+    size_t tlen = 0;
+    char *text = read_file(text_path, &tlen);
+    if (!text) { fprintf(stderr, "kvq dump-kv: %s: %s\n", text_path, strerror(errno)); return 1; }
+
+    char err[256] = "";
+    kvq_model *m = NULL;
+    kvq_tokenizer *tok = NULL;
+    kvq_pool *pool = NULL;
+    kvq_session *s = NULL;
+    int32_t *ids = NULL;
+    int *keep = NULL;
+    dump_state d;
+    memset(&d, 0, sizeof d);
+    int ret = 1, rc = 0;
+    if ((rc = kvq_model_load(&m, model, err, sizeof err))) { fprintf(stderr, "kvq dump-kv: %s\n", err); free(text); return 1; }
+    const kvq_model_config *c = &m->cfg;
+    if ((rc = kvq_tok_create_from_gguf(&tok, m->gguf))) goto done;
+    size_t cap = tlen + 16, n = 0;
+    ids = malloc(sizeof(int32_t) * cap);
+    if (!ids) { rc = KVQ_ERR_NOMEM; goto done; }
+    if ((rc = kvq_tok_encode(tok, text, tlen, 1, 0, ids, cap, &n))) goto done;
+    if (n > (size_t)max_tokens) n = (size_t)max_tokens;
+    if (n == 0) { fprintf(stderr, "kvq dump-kv: the text has no tokens\n"); goto done; }
+
+    keep = calloc((size_t)c->n_layers, sizeof(int));
+    d.k = calloc((size_t)c->n_layers, sizeof(float *));
+    d.v = calloc((size_t)c->n_layers, sizeof(float *));
+    if (!keep || !d.k || !d.v) { rc = KVQ_ERR_NOMEM; goto done; }
+    if (layers) {
+        long list[KVQ_MAX_LAYERS];
+        int nl = tool_parse_int_list(layers, list, KVQ_MAX_LAYERS);
+        if (nl <= 0) { fprintf(stderr, "kvq dump-kv: bad --layers\n"); goto done; }
+        for (int i = 0; i < nl; i++) {
+            if (list[i] < 0 || list[i] >= c->n_layers) { fprintf(stderr, "kvq dump-kv: layer %ld out of range\n", list[i]); goto done; }
+            keep[list[i]] = 1;
+        }
+    } else {
+        for (int l = 0; l < c->n_layers; l++) keep[l] = 1;
+    }
+    int n_keep = 0;
+    d.n_layers = c->n_layers;
+    d.kv = c->n_head_kv * c->head_dim;
+    d.max_tok = n;
+    d.keep = keep;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!keep[l]) continue;
+        n_keep++;
+        d.k[l] = malloc(n * (size_t)d.kv * sizeof(float));
+        d.v[l] = malloc(n * (size_t)d.kv * sizeof(float));
+        if (!d.k[l] || !d.v[l]) { rc = KVQ_ERR_NOMEM; goto done; }
+    }
+    kvq_session_params p = kvq_session_default_params();
+    p.k_spec = "f32"; /* the cache only has to serve attention; f32 never refuses a value */
+    p.v_spec = "f32";
+    p.kv_hook = hook;
+    p.kv_hook_user = &d;
+    if ((rc = kvq_pool_create(&pool, threads))) goto done;
+    if ((rc = kvq_session_create(&s, m, &p, pool))) goto done;
+    double t0 = tool_now();
+    if ((rc = kvq_session_eval(s, ids, n, NULL, 0))) goto done;
+    double t1 = tool_now();
+
+    /* (layer, token, head) order: the dumped layers one after the other */
+    size_t per_layer = n * (size_t)d.kv;
+    float *all = malloc(per_layer * (size_t)n_keep * sizeof(float));
+    if (!all) { rc = KVQ_ERR_NOMEM; goto done; }
+    for (int kind = 1; kind <= 2; kind++) {
+        size_t off = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            if (!keep[l]) continue;
+            memcpy(all + off, kind == 1 ? d.k[l] : d.v[l], per_layer * sizeof(float));
+            off += per_layer;
+        }
+        kvq_vecfile_info info;
+        memset(&info, 0, sizeof info);
+        info.dim = (uint32_t)c->head_dim;
+        info.count = (uint64_t)n * (uint64_t)c->n_head_kv * (uint64_t)n_keep;
+        info.dtype = !strcmp(dtype, "f16") ? KVQ_DTYPE_F16 : KVQ_DTYPE_F32;
+        info.layers = (uint32_t)n_keep;
+        info.heads = (uint32_t)c->n_head_kv;
+        info.kind = (uint32_t)kind;
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%s.vec", out, kind == 1 ? "k" : "v");
+        if ((rc = kvq_vecfile_write(path, &info, all))) {
+            fprintf(stderr, "kvq dump-kv: %s: %s\n", path, kvq_strerror(rc));
+            free(all);
+            goto done;
+        }
+        fprintf(stderr, "kvq dump-kv: %s: %llu vectors of %d (%d layers x %zu tokens x %d heads)\n", path,
+                (unsigned long long)info.count, c->head_dim, n_keep, n, c->n_head_kv);
+    }
+    free(all);
+    fprintf(stderr, "kvq dump-kv: %zu tokens through %s in %.2f s\n", n, c->arch_name, t1 - t0);
+    ret = 0;
+done:
+    if (rc && ret) fprintf(stderr, "kvq dump-kv: %s\n", kvq_strerror(rc));
+    if (d.k)
+        for (int l = 0; l < c->n_layers; l++) { free(d.k[l]); free(d.v[l]); }
+    free(d.k);
+    free(d.v);
+    free(keep);
+    free(ids);
+    free(text);
+    kvq_session_free(s);
+    kvq_pool_free(pool);
+    kvq_tok_free(tok);
+    kvq_model_free(m);
+    return ret;
+}
