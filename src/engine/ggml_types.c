@@ -295,7 +295,7 @@ size_t ggml_q8a_row_bytes(int64_t n) {
 void ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
     int64_t nb = n / 32;
     int8_t *q = row;
-    float *d = (float *)((uint8_t *)row + n), *s0 = d + nb, *s1 = s0 + nb;
+    float *d = (float *)((uint8_t *)row + n), *s = d + nb, *s0 = s + nb;
     for (int64_t b = 0; b < nb; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f;
@@ -310,8 +310,8 @@ void ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
             else sum1 += v;
         }
         d[b] = db;
+        s[b] = db * (float)(sum0 + sum1);
         s0[b] = db * (float)sum0;
-        s1[b] = db * (float)sum1;
     }
 }
 
@@ -323,7 +323,7 @@ static void dot_q8a_ref(ggml_type t, int64_t n, const void *w, const void *act, 
     for (int r = 0; r < nx; r++) {
         const uint8_t *row = (const uint8_t *)act + (size_t)r * stride;
         const int8_t *q = (const int8_t *)row;
-        const float *d = (const float *)(row + n), *s0 = d + nb, *s1 = s0 + nb;
+        const float *d = (const float *)(row + n), *s = d + nb, *s0 = s + nb;
         double acc = 0.0;
         for (int64_t j = 0; j < nb; j++) {
             uint8_t u[32];
@@ -332,7 +332,8 @@ static void dot_q8a_ref(ggml_type t, int64_t n, const void *w, const void *act, 
             int32_t ia = 0, ib = 0;
             for (int l = 0; l < 16; l++) ia += (int32_t)u[l] * q[32 * j + l];
             for (int l = 16; l < 32; l++) ib += (int32_t)u[l] * q[32 * j + l];
-            acc += (double)d[j] * ((double)sc[0] * ia + (double)sc[1] * ib) + (double)mn[0] * s0[j] + (double)mn[1] * s1[j];
+            acc += (double)d[j] * ((double)sc[0] * ia + (double)sc[1] * ib) + (double)mn[1] * s[j] +
+                   ((double)mn[0] - mn[1]) * s0[j];
         }
         out[r] = (float)acc;
     }
@@ -397,6 +398,18 @@ const ggml_kernels *ggml_kernels_for(kvq_isa isa) {
         return have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni() ? ggml_kernels_avx512vnni_table() : NULL;
     default: return NULL;
     }
+}
+
+int ggml_kernels_all(const ggml_kernels **out, int max) {
+    int n = 0;
+    if (n < max) out[n++] = &SCALAR;
+    kvq_isa have = kvq_cpu_isa();
+    if (have >= KVQ_ISA_AVX2 && n < max) out[n++] = ggml_kernels_avx2_table();
+    if (have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni()) {
+        if (n < max) out[n++] = ggml_kernels_avx512vnni256_table();
+        if (n < max) out[n++] = ggml_kernels_avx512vnni_table();
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -139,9 +139,10 @@ void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float
 /* ------------------------------------------------------------------------ */
 /*
  * A q8a row of n values (n % 32 == 0), nb = n/32, structure of arrays:
- *   int8 q[n] | float d[nb] | float s0[nb] | float s1[nb]   (padded to 64 B)
+ *   int8 q[n] | float d[nb] | float s[nb] | float s0[nb]   (padded to 64 B)
  * x[i] ~= d[i/32] * q[i], q = round(x/d) with d = max|x|/127 per block;
- * s0 = d * sum of the block's first 16 q, s1 = of the last 16.
+ * s = d * sum of the block's 32 q, s0 = d * sum of its first 16 (the min
+ * terms: sum_h min_h * s_h = min_b * s + (min_a - min_b) * s0).
  */
 size_t ggml_q8a_row_bytes(int64_t n);
 void ggml_quantize_q8a_row(const float *x, int64_t n, void *row);
@@ -213,8 +214,13 @@ int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *
 /* Single-matrix form: Y is (ntok, ldy). */
 int ggml_matmul(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *W, ggml_acts *A, float *Y, int64_t ldy);
 
+/* Every kernel table the running CPU can run, the scalar reference first
+ * (for tests); returns the count written (at most max). */
+int ggml_kernels_all(const ggml_kernels **out, int max);
+
 /* Internal: per-ISA tables (ggml_types_avx2.c / ggml_types_avx512.c). */
 const ggml_kernels *ggml_kernels_avx2_table(void);
 const ggml_kernels *ggml_kernels_avx512vnni_table(void);
+const ggml_kernels *ggml_kernels_avx512vnni256_table(void);
 
 #endif

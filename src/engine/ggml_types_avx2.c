@@ -6,8 +6,18 @@
 #if KVQ_X86
 #define TGT KVQ_TARGET_AVX2
 #define KVQ_VNNI 0
-#define KERNELS_NAME "avx2"
 #include "ggml_dot_x86.inc"
+
+static const ggml_kernels KERNELS = {
+    .name = "avx2",
+    .dot = {
+        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
+        [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q4_1] = dot_q4_1, [GGML_TYPE_Q5_0] = dot_q5_0,
+        [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_K] = dot_q4_K,
+        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+    },
+    .quantize_q8a = quantize_q8a,
+};
 
 const ggml_kernels *ggml_kernels_avx2_table(void) { return &KERNELS; }
 #else

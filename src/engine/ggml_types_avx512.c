@@ -1,7 +1,12 @@
-/* AVX-512 VNNI kernels (vpdpbusd on 256-bit vectors, EVEX-encoded: on the
- * Zen 4 / Ice Lake class machines we target, 512-bit vectors give no more
- * integer-dot throughput and cost a second unpack per register); see
- * ggml_dot_x86.inc. */
+/*
+ * AVX-512 VNNI kernels. Quantized weights: two 32-value sub-blocks per
+ * 512-bit register (64 codes), one vpdpbusd per activation row for both, the
+ * two blocks' scales applied lane-wise (a permute spreads the activation's
+ * two block scales over 8 lanes each). That halves the per-row instruction
+ * count of the 256-bit form, which is what bounds prefill. Float weights,
+ * odd tails and the activation quantizer come from ggml_dot_x86.inc (its
+ * 256-bit kernels, compiled here with vpdpbusd).
+ */
 #include "ggml_types.h"
 
 #include "cpu.h"
@@ -9,10 +14,232 @@
 #if KVQ_X86
 #define TGT KVQ_TARGET_AVX512VNNI
 #define KVQ_VNNI 1
-#define KERNELS_NAME "avx512vnni"
 #include "ggml_dot_x86.inc"
+
+/* Lane i of a 512-bit float vector takes element didx[i] of a 4-float source. */
+TGT AI __m512 spread2(const float *p) { /* [p0 x 8, p1 x 8] */
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m128i two = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(two)));
+}
+
+TGT AI __m512 spread4(float a0, float b0, float a1, float b1) { /* [a0 x 4, b0 x 4, a1 x 4, b1 x 4] */
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(a0, b0, a1, b1)));
+}
+
+TGT AI __m512 pair_scales(float d0, float d1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+}
+
+TGT AI __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+/* Sub-blocks j, j+1 (64 codes u, lane scales wsv) against every row. */
+TGT AI void pair_block(__m512i u, __m512 wsv, const acts8 *a, int64_t j, const int nx, __m512 *acc) {
+    for (int r = 0; r < nx; r++) {
+        __m512i q = _mm512_loadu_si512((const void *)(a_q(a, r) + 32 * j));
+        __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q));
+        acc[r] = _mm512_fmadd_ps(p, _mm512_mul_ps(wsv, spread2(a_d(a, r) + j)), acc[r]);
+    }
+}
+
+/* Codes of legacy blocks j and j+1 in one register: [lo_j, hi_j, lo_j+1, hi_j+1]. */
+TGT AI __m512i nibbles_pair(const uint8_t *qs0, const uint8_t *qs1) {
+    __m256i x = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)qs1),
+                                 _mm_loadu_si128((const __m128i *)(const void *)qs0));
+    __m256i m = _mm256_set1_epi8(0x0F);
+    __m512i z = join256(_mm256_and_si256(x, m), _mm256_and_si256(_mm256_srli_epi16(x, 4), m));
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+TGT AI __m512i unpack_pair(const int T, const void *w, int64_t j, float *d, float *m) {
+    switch (T) {
+    case GGML_TYPE_Q4_0: {
+        const block_q4_0 *x = (const block_q4_0 *)w + j;
+        d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
+        m[0] = -8.0f * d[0]; m[1] = -8.0f * d[1];
+        return nibbles_pair(x[0].qs, x[1].qs);
+    }
+    case GGML_TYPE_Q4_1: {
+        const block_q4_1 *x = (const block_q4_1 *)w + j;
+        d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
+        m[0] = ld_h(&x[0].m); m[1] = ld_h(&x[1].m);
+        return nibbles_pair(x[0].qs, x[1].qs);
+    }
+    case GGML_TYPE_Q5_0: {
+        const block_q5_0 *x = (const block_q5_0 *)w + j;
+        d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
+        m[0] = -16.0f * d[0]; m[1] = -16.0f * d[1];
+        return _mm512_or_si512(nibbles_pair(x[0].qs, x[1].qs), join256(bits_to_0x10(x[0].qh), bits_to_0x10(x[1].qh)));
+    }
+    case GGML_TYPE_Q5_1: {
+        const block_q5_1 *x = (const block_q5_1 *)w + j;
+        d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
+        m[0] = ld_h(&x[0].m); m[1] = ld_h(&x[1].m);
+        return _mm512_or_si512(nibbles_pair(x[0].qs, x[1].qs), join256(bits_to_0x10(x[0].qh), bits_to_0x10(x[1].qh)));
+    }
+    default: { /* Q8_0 */
+        const block_q8_0 *x = (const block_q8_0 *)w + j;
+        d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
+        m[0] = -128.0f * d[0]; m[1] = -128.0f * d[1];
+        __m512i v = join256(_mm256_loadu_si256((const __m256i *)(const void *)x[0].qs),
+                            _mm256_loadu_si256((const __m256i *)(const void *)x[1].qs));
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    }
+}
+
+TGT AI void k512_legacy(const int T, int64_t n, const void *w, const void *act, size_t stride, const int nx,
+                        float *out) {
+    acts8 a = {act, stride, n, n / 32};
+    __m512 acc[GGML_MAX_NX];
+    __m256 acc2[GGML_MAX_NX], macc[GGML_MAX_NX];
+    float mw[CHUNK_BLOCKS];
+    for (int r = 0; r < nx; r++) {
+        acc[r] = _mm512_setzero_ps();
+        acc2[r] = macc[r] = _mm256_setzero_ps();
+    }
+    for (int64_t j0 = 0; j0 < a.nb; j0 += CHUNK_BLOCKS) { /* CHUNK_BLOCKS is even */
+        int cnt = (int)(a.nb - j0 < CHUNK_BLOCKS ? a.nb - j0 : CHUNK_BLOCKS);
+        int i = 0;
+        for (; i + 2 <= cnt; i += 2) {
+            float d[2];
+            __m512i u = unpack_pair(T, w, j0 + i, d, mw + i);
+            pair_block(u, pair_scales(d[0], d[1]), &a, j0 + i, nx, acc);
+        }
+        if (i < cnt) { /* odd last block */
+            float d;
+            __m256i u = unpack_legacy(T, w, j0 + i, &d, mw + i);
+            sub_block(u, _mm256_set1_ps(d), &a, j0 + i, nx, acc2);
+        }
+        add_mins(&a, j0, cnt, mw, NULL, nx, macc);
+    }
+    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(_mm256_add_ps(acc2[r], macc[r]));
+}
+
+TGT AI void k512_q45_K(const int T, int64_t n, const void *w, const void *act, size_t stride, const int nx,
+                       float *out) {
+    acts8 a = {act, stride, n, n / 32};
+    __m512 acc[GGML_MAX_NX];
+    __m256 macc[GGML_MAX_NX];
+    float mw[CHUNK_BLOCKS];
+    for (int r = 0; r < nx; r++) { acc[r] = _mm512_setzero_ps(); macc[r] = _mm256_setzero_ps(); }
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    int64_t nsb = n / QK_K;
+    for (int64_t b0 = 0; b0 < nsb; b0 += CHUNK_BLOCKS / 8) {
+        int cnt = (int)(nsb - b0 < CHUNK_BLOCKS / 8 ? nsb - b0 : CHUNK_BLOCKS / 8);
+        for (int bi = 0; bi < cnt; bi++) {
+            int64_t b = b0 + bi;
+            const uint8_t *scales, *qs, *qh = NULL;
+            float d, dmin;
+            if (T == GGML_TYPE_Q4_K) {
+                const block_q4_K *x = (const block_q4_K *)w + b;
+                scales = x->scales; qs = x->qs; d = ld_h(&x->d); dmin = ld_h(&x->dmin);
+            } else {
+                const block_q5_K *x = (const block_q5_K *)w + b;
+                scales = x->scales; qs = x->qs; qh = x->qh; d = ld_h(&x->d); dmin = ld_h(&x->dmin);
+            }
+            float ws[8];
+            k4_scales(scales, d, dmin, ws, mw + 8 * bi);
+            __m256i hb = qh ? _mm256_loadu_si256((const __m256i *)(const void *)qh) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (T == GGML_TYPE_Q5_K) {
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+                    hb = _mm256_srli_epi16(hb, 1);
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+                    hb = _mm256_srli_epi16(hb, 1);
+                }
+                pair_block(join256(lo, hi), pair_scales(ws[2 * c], ws[2 * c + 1]), &a, 8 * b + 2 * c, nx, acc);
+            }
+        }
+        add_mins(&a, 8 * b0, 8 * cnt, mw, NULL, nx, macc);
+    }
+    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(macc[r]);
+}
+
+TGT AI void k512_q6_K(int64_t n, const void *w, const void *act, size_t stride, const int nx, float *out) {
+    acts8 a = {act, stride, n, n / 32};
+    __m512 acc[GGML_MAX_NX];
+    __m256 macc[GGML_MAX_NX];
+    float mw[CHUNK_BLOCKS], mw0[CHUNK_BLOCKS];
+    for (int r = 0; r < nx; r++) { acc[r] = _mm512_setzero_ps(); macc[r] = _mm256_setzero_ps(); }
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    int64_t nsb = n / QK_K;
+    for (int64_t b0 = 0; b0 < nsb; b0 += CHUNK_BLOCKS / 8) {
+        int cnt = (int)(nsb - b0 < CHUNK_BLOCKS / 8 ? nsb - b0 : CHUNK_BLOCKS / 8);
+        for (int bi = 0; bi < cnt; bi++) {
+            const block_q6_K *x = (const block_q6_K *)w + b0 + bi;
+            float d = ld_h(&x->d);
+            for (int h = 0; h < 2; h++) {
+                __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * h)); /* [ql0 | ql1] */
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(x->qh + 32 * h));
+                __m512i zq = join256(qh, _mm256_srli_epi16(qh, 2)); /* [qh, qh >> 2] */
+                const int8_t *sc = x->scales + 8 * h;
+                for (int p = 0; p < 2; p++) { /* sub-blocks k = 2p, 2p + 1 */
+                    __m512i lo = p ? _mm512_srli_epi16(ql, 4) : ql;
+                    __m512i hi = p ? _mm512_srli_epi16(zq, 4) : zq;
+                    __m512i u = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16(_mm512_and_si512(hi, m2), 4));
+                    float s[4];
+                    for (int t = 0; t < 4; t++) s[t] = d * (float)sc[4 * p + t];
+                    int i = 8 * bi + 4 * h + 2 * p;
+                    mw[i] = -32.0f * s[1];
+                    mw0[i] = -32.0f * (s[0] - s[1]);
+                    mw[i + 1] = -32.0f * s[3];
+                    mw0[i + 1] = -32.0f * (s[2] - s[3]);
+                    pair_block(u, spread4(s[0], s[1], s[2], s[3]), &a, 8 * (b0 + bi) + 4 * h + 2 * p, nx, acc);
+                }
+            }
+        }
+        add_mins(&a, 8 * b0, 8 * cnt, mw, mw0, nx, macc);
+    }
+    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(macc[r]);
+}
+
+#define Q4_0_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q4_0, n, w, a, s, nx, o)
+#define Q4_1_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q4_1, n, w, a, s, nx, o)
+#define Q5_0_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q5_0, n, w, a, s, nx, o)
+#define Q5_1_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q5_1, n, w, a, s, nx, o)
+#define Q8_0_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q8_0, n, w, a, s, nx, o)
+#define Q4_K_512(n, w, a, s, nx, o) k512_q45_K(GGML_TYPE_Q4_K, n, w, a, s, nx, o)
+#define Q5_K_512(n, w, a, s, nx, o) k512_q45_K(GGML_TYPE_Q5_K, n, w, a, s, nx, o)
+INSTANTIATE(dot512_q4_0, Q4_0_512)
+INSTANTIATE(dot512_q4_1, Q4_1_512)
+INSTANTIATE(dot512_q5_0, Q5_0_512)
+INSTANTIATE(dot512_q5_1, Q5_1_512)
+INSTANTIATE(dot512_q8_0, Q8_0_512)
+INSTANTIATE(dot512_q4_K, Q4_K_512)
+INSTANTIATE(dot512_q5_K, Q5_K_512)
+INSTANTIATE(dot512_q6_K, k512_q6_K)
+
+/* The 256-bit VNNI kernels, as a table of their own (tests). */
+static const ggml_kernels KERNELS256 = {
+    .name = "avx512vnni-256",
+    .dot = {
+        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
+        [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q4_1] = dot_q4_1, [GGML_TYPE_Q5_0] = dot_q5_0,
+        [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_K] = dot_q4_K,
+        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+    },
+    .quantize_q8a = quantize_q8a,
+};
+
+const ggml_kernels *ggml_kernels_avx512vnni256_table(void) { return &KERNELS256; }
+
+static const ggml_kernels KERNELS = {
+    .name = "avx512vnni",
+    .dot = {
+        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
+        [GGML_TYPE_Q4_0] = dot512_q4_0, [GGML_TYPE_Q4_1] = dot512_q4_1, [GGML_TYPE_Q5_0] = dot512_q5_0,
+        [GGML_TYPE_Q5_1] = dot512_q5_1, [GGML_TYPE_Q8_0] = dot512_q8_0, [GGML_TYPE_Q4_K] = dot512_q4_K,
+        [GGML_TYPE_Q5_K] = dot512_q5_K, [GGML_TYPE_Q6_K] = dot512_q6_K,
+    },
+    .quantize_q8a = quantize_q8a,
+};
 
 const ggml_kernels *ggml_kernels_avx512vnni_table(void) { return &KERNELS; }
 #else
 const ggml_kernels *ggml_kernels_avx512vnni_table(void) { return ggml_kernels_scalar(); }
+const ggml_kernels *ggml_kernels_avx512vnni256_table(void) { return ggml_kernels_scalar(); }
 #endif
