@@ -61,9 +61,22 @@ static double worst_row_err(const float *a, const double *b, size_t rows, int d)
     return w;
 }
 
+/* 1 if the plan scores with 8-bit queries (tq codebooks of <= 4 bits, also
+ * inside +outliers): its scores are its own estimator, not <q, decoded k>
+ * (test_codec_methods bounds the difference). */
+static int int_scores(const kvq_plan *p) {
+    const char *s = kvq_plan_spec(p);
+    int b = 0;
+    if (!strncmp(s, "tq-mse:", 7)) b = atoi(s + 7);
+    else if (!strncmp(s, "tq-prod:", 8)) b = atoi(s + 8) - 1;
+    else if (!strncmp(s, "rvq:", 4)) b = atoi(s + 4);
+    return b > 0 && b <= 4;
+}
+
 /*
  * float64 attention from the cache's own records: keys decoded (or scored
- * with kvq_score when the method is key-only), values decoded.
+ * with kvq_score when the method is key-only or scores with 8-bit queries),
+ * values decoded.
  */
 static void ref_from_cache(const kvq_cache *c, int layer, const float *q, size_t nq, int HQ, size_t pos0, float scale,
                            int sliding, double *out) {
@@ -92,14 +105,18 @@ static void ref_from_cache(const kvq_cache *c, int layer, const float *q, size_t
                 double mx = -INFINITY;
                 for (size_t p = lo; p <= pt; p++) {
                     double s = 0;
-                    if (kvq_plan_can_decode(kps[p])) {
+                    if (kvq_plan_can_decode(kps[p]) && !int_scores(kps[p])) {
                         for (int i = 0; i < d; i++) s += (double)qr[i] * kd[p * d + i];
-                    } else {
-                        CHECK_OK(kvq_query_prepare(kps[p], qr, qp));
+                        s *= scale;
+                    } else { /* the codec's own estimator (key-only, or 8-bit query scores),
+                              * on the query scaled as the cache scales it */
+                        float qs[KVQ_DIM_MAX];
+                        for (int i = 0; i < d; i++) qs[i] = qr[i] * scale;
+                        CHECK_OK(kvq_query_prepare(kps[p], qs, qp));
                         CHECK_OK(kvq_score(kps[p], qp, 1, krs[p], 1, &sc));
                         s = sc;
                     }
-                    logit[p] = s * scale;
+                    logit[p] = s;
                     if (logit[p] > mx) mx = logit[p];
                 }
                 double sum = 0, *o = out + (t * HQ + (size_t)h * G + g) * d;

@@ -46,8 +46,7 @@ static double mean_rel_mse(kvq_plan *p, const float *x, size_t n) {
  * Gaussian rows and on rows whose channel 5 is 100x larger: the rotation
  * spreads the outlier over all coordinates. With one dominant channel every
  * row shares the same rotated direction, so one plan's error is that of one
- * finite sample of coordinates; the outlier case averages over 8 plan seeds
- * (the expectation over rotations is the Lloyd-Max value).
+ * finite sample of coordinates; the outlier case averages over 8 plan seeds.
  */
 static void test_tq_mse_bounds(void) {
     static const double lm[5] = {0, 0.3634, 0.1175, 0.03454, 0.009497};
@@ -73,7 +72,10 @@ static void test_tq_mse_bounds(void) {
                 mo += mean_rel_mse(p, xo, n) / 8;
                 kvq_plan_free(p);
             }
-            CHECK(fabs(mo / lm[b] - 1) < 0.10, "d=%d b=%d outlier-channel rel_mse %.5f vs LM %.5f", d, b, mo, lm[b]);
+            /* never worse than Lloyd-Max by more than 10%; it can be better: at
+             * small d the rotated spike's coordinates are sums of d signs, a
+             * discrete lattice that quantizes with less error than a Gaussian */
+            CHECK(mo / lm[b] < 1.10 && mo / lm[b] > 0.80, "d=%d b=%d outlier-channel rel_mse %.5f vs LM %.5f", d, b, mo, lm[b]);
         }
         free(x);
         free(xo);
@@ -201,6 +203,54 @@ static void test_input_dtypes(void) {
     free(y);
 }
 
+/*
+ * tq codebooks of <= 4 bits score with 8-bit queries (tq_kernels.h). Against
+ * the exact <q, decoded k>: the hard bound |err| <= (sq/2) sum_c |ŷ_c| <=
+ * (|q|/254) sqrt(d) |k̂| on every pair, and a mean error below 1e-3 |q||k̂|
+ * (the 4-bit codebook's own inner-product error is 6.7e-3).
+ */
+static void test_int8_scores(void) {
+    const char *specs[] = {"tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "rvq:2"};
+    const int dims[] = {64, 128, 256};
+    for (int si = 0; si < 5; si++)
+        for (int di = 0; di < 3; di++) {
+            const int d = dims[di];
+            const size_t n = 200, nq = 4;
+            float *k = gauss_rows(n, d, 5 + d), *q = gauss_rows(nq, d, 6 + d), *kh = malloc(n * d * sizeof *kh);
+            kvq_plan *p;
+            CHECK_OK(kvq_plan_create(&p, specs[si], d, 9, NULL, 0));
+            size_t qf = kvq_plan_query_floats(p);
+            uint8_t *codes = malloc(n * kvq_plan_code_bytes(p));
+            float *qp = malloc(nq * qf * sizeof *qp), *sc = malloc(nq * n * sizeof *sc);
+            CHECK_OK(kvq_encode(p, k, KVQ_DTYPE_F32, n, codes));
+            CHECK_OK(kvq_decode(p, codes, n, kh));
+            for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(p, q + j * d, qp + j * qf));
+            CHECK_OK(kvq_score(p, qp, nq, codes, n, sc));
+            double mean = 0;
+            for (size_t j = 0; j < nq; j++)
+                for (size_t i = 0; i < n; i++) {
+                    double t = 0, qq = 0, kk = 0;
+                    for (int c = 0; c < d; c++) {
+                        t += (double)q[j * d + c] * kh[i * d + c];
+                        qq += (double)q[j * d + c] * q[j * d + c];
+                        kk += (double)kh[i * d + c] * kh[i * d + c];
+                    }
+                    double e = fabs(sc[j * n + i] - t), bound = sqrt(qq * kk * d) / 254 * 1.001 + 1e-4;
+                    CHECK(e <= bound, "%s d=%d: |err| %.4g above the hard bound %.4g", specs[si], d, e, bound);
+                    mean += e / sqrt(qq * kk);
+                }
+            mean /= (double)(nq * n);
+            CHECK(mean < 1e-3, "%s d=%d: mean 8-bit query score error %.2e", specs[si], d, mean);
+            free(k);
+            free(q);
+            free(kh);
+            free(codes);
+            free(qp);
+            free(sc);
+            kvq_plan_free(p);
+        }
+}
+
 static void test_errors(void) {
     kvq_plan *p = NULL;
     float x[512] = {0};
@@ -266,6 +316,7 @@ int main(void) {
     test_unbiased();
     test_all_dims_and_determinism();
     test_input_dtypes();
+    test_int8_scores();
     test_errors();
     return tu_finish("test_codec_methods");
 }

@@ -243,6 +243,7 @@ int lloyd_max_solve(kvq_codebook *cb, kvq_density dens, int bits, int d) {
     }
     cb->bits = bits;
     cb->n = n;
+    cb->snapped = 0;
     double mse = 0;
     for (int i = 0; i < half; i++) {
         cb->c[half + i] = (float)cc[i];
@@ -306,4 +307,20 @@ static double second_moment(const density_ctx *c, double a, double b) {
     }
     }
     return 0;
+}
+
+void cb_snap_int8(kvq_codebook *cb) {
+    if (cb->n > 16) return;
+    float m = 0;
+    for (int i = 0; i < cb->n; i++) m = fmaxf(m, fabsf(cb->c[i]));
+    cb->cscale = m / 127.0f;
+    for (int i = 0; i < cb->n; i++) {
+        long v = lrintf(cb->c[i] / cb->cscale);
+        cb->c8[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        cb->ci[i] = (float)cb->c8[i];
+        cb->c[i] = cb->cscale * cb->ci[i];
+    }
+    for (int i = cb->n; i < 32; i++) cb->ci[i] = 0;
+    for (int i = 0; i + 1 < cb->n; i++) cb->t[i] = 0.5f * (cb->c[i] + cb->c[i + 1]);
+    cb->snapped = 1;
 }

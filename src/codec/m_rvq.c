@@ -16,7 +16,8 @@
 
 static tq_layout stage(const kvq_plan *p, int s) {
     size_t sb = scale_bytes(p), ib = (size_t)p->d * p->bits / 8;
-    tq_layout L = {p->d, p->bits, s ? &p->cb2 : &p->cb, p->code_bytes, s ? sb : 0, 2 * sb + (s ? ib : 0), p->o.scale32};
+    tq_layout L = {p->d, p->bits, s ? &p->cb2 : &p->cb, p->code_bytes, s ? sb : 0, 2 * sb + (s ? ib : 0), p->o.scale32,
+                   p->vnni, NULL};
     return L;
 }
 
@@ -77,17 +78,21 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
     tq_accum(&L2, w, nq, codes, n, acc, p->isa);
 }
 
+static void prep(const kvq_plan *p, const float *q, float *qp) { tq_prepare_query(&p->rot, p->d, q, qp); }
+
 static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, !p->o.norot, p->isa);
     if (!rc) rc = lloyd_max_solve(&p->cb, DENS_GAUSS, p->bits, p->d);
     if (!rc) rc = lloyd_max_solve(&p->cb2, DENS_LAPLACE, p->bits, p->d);
     if (rc) return rc;
+    cb_snap_int8(&p->cb);
+    cb_snap_int8(&p->cb2);
     p->rotated = !p->o.norot;
     p->code_bytes = 2 * scale_bytes(p) + 2 * ((size_t)p->d * p->bits / 8);
-    p->qfloats = (size_t)p->d;
+    p->qfloats = TQ_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
-    p->prep = generic_prep_rot;
+    p->prep = prep;
     p->score = score;
     p->accum = accum;
     return KVQ_OK;

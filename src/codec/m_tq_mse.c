@@ -3,7 +3,9 @@
  * rotate, quantize each coordinate of sqrt(d) * y/|y| with the b-bit
  * Lloyd-Max codebook of the sphere-coordinate density (DESIGN.md §2), store
  * one scale. Record: [scale f16 | d*b/8 bytes of strided indices].
- * b*d/8 + 2 bytes: 4.125 bits per value at b = 4, d = 128.
+ * b*d/8 + 2 bytes: 4.125 bits per value at b = 4, d = 128. Codebooks of <= 4
+ * bits sit on an int8 grid and scores are integer dot products with an
+ * 8-bit query (tq_kernels.h).
  */
 #include <string.h>
 
@@ -11,7 +13,7 @@
 #include "tq_kernels.h"
 
 static tq_layout layout(const kvq_plan *p) {
-    tq_layout L = {p->d, p->bits, &p->cb, p->code_bytes, 0, scale_bytes(p), p->o.scale32};
+    tq_layout L = {p->d, p->bits, &p->cb, p->code_bytes, 0, scale_bytes(p), p->o.scale32, p->vnni, NULL};
     return L;
 }
 
@@ -44,17 +46,20 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
     tq_accum(&L, w, nq, codes, n, acc, p->isa);
 }
 
+static void prep(const kvq_plan *p, const float *q, float *qp) { tq_prepare_query(&p->rot, p->d, q, qp); }
+
 static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, !p->o.norot, p->isa);
     if (rc) return rc;
     rc = lloyd_max_solve(&p->cb, p->o.cb_gauss ? DENS_GAUSS : DENS_SPHERE, p->bits, p->d);
     if (rc) return rc;
+    cb_snap_int8(&p->cb); /* <= 4 bits: integer scores (tq_kernels.h) */
     p->rotated = !p->o.norot;
     p->code_bytes = scale_bytes(p) + (size_t)p->d * p->bits / 8;
-    p->qfloats = (size_t)p->d;
+    p->qfloats = TQ_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
-    p->prep = generic_prep_rot;
+    p->prep = prep;
     p->score = score;
     p->accum = accum;
     return KVQ_OK;

@@ -5,7 +5,7 @@
  *   est <q, k> = <q~, ŷ> + sqrt(pi/2)/m * |r| * sum_j sign(S_j r) (S q~)_j
  * unbiased over S. Key-only: no useful reconstruction for values.
  * Record: [f16 scale | (b-1)d/8 index bytes | f16 |r| | m/8 sign bytes].
- * Prepared query: [q~ = R q (d floats) | S q~ (m floats)].
+ * Prepared query: [tq query (TQ_QFLOATS(d), q~ = R q first) | S q~ (m floats)].
  */
 #include <math.h>
 #include <string.h>
@@ -14,7 +14,7 @@
 #include "tq_kernels.h"
 
 static tq_layout layout(const kvq_plan *p) {
-    tq_layout L = {p->d, p->bits - 1, &p->cb, p->code_bytes, 0, scale_bytes(p), p->o.scale32};
+    tq_layout L = {p->d, p->bits - 1, &p->cb, p->code_bytes, 0, scale_bytes(p), p->o.scale32, p->vnni, NULL};
     return L;
 }
 static size_t res_off(const kvq_plan *p) { return scale_bytes(p) + (size_t)p->d * (p->bits - 1) / 8; }
@@ -42,8 +42,8 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
 }
 
 static void prep(const kvq_plan *p, const float *q, float *qp) {
-    rot_apply(&p->rot, q, qp);
-    qjl_project(p, qp, qp + p->d);
+    tq_prepare_query(&p->rot, p->d, q, qp);
+    qjl_project(p, qp, qp + TQ_QFLOATS(p->d));
 }
 
 static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
@@ -55,7 +55,7 @@ static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *
         const uint8_t *rq = codes + i * p->code_bytes + ro;
         float rn = scale_load(p, rq);
         for (size_t j = 0; j < nq; j++)
-            scores[j * n + i] += k * rn * qjl_signed_sum(rq + scale_bytes(p), qp + j * p->qfloats + p->d, p->qjl_m);
+            scores[j * n + i] += k * rn * qjl_signed_sum(rq + scale_bytes(p), qp + j * p->qfloats + TQ_QFLOATS(p->d), p->qjl_m);
     }
 }
 
@@ -64,11 +64,12 @@ static int init(kvq_plan *p) {
     if (rc) return rc;
     rc = lloyd_max_solve(&p->cb, p->o.cb_gauss ? DENS_GAUSS : DENS_SPHERE, p->bits - 1, p->d);
     if (rc) return rc;
+    cb_snap_int8(&p->cb);
     rc = qjl_init_matrix(p);
     if (rc) return rc;
     p->rotated = !p->o.norot;
     p->code_bytes = res_off(p) + scale_bytes(p) + (size_t)p->qjl_m / 8;
-    p->qfloats = (size_t)p->d + (size_t)p->qjl_m;
+    p->qfloats = TQ_QFLOATS(p->d) + (size_t)p->qjl_m;
     p->can_decode = 0;
     p->encode = enc;
     p->prep = prep;

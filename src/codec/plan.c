@@ -178,6 +178,7 @@ static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, 
     p->o = o;
     p->bits = m->max_bits > 0 ? o.bits : 0;
     p->isa = isa;
+    p->vnni = isa == KVQ_ISA_AVX512 && kvq_cpu_has_int8_dot();
     p->can_decode = 1;
     if (o.outliers) rc = outliers_build(p, spec, calib, n_calib, channels);
     else rc = m->init(p);

@@ -32,7 +32,7 @@ void tq_unpack(const tq_layout *L, const uint8_t *rec, uint8_t *idx, kvq_isa isa
 
 void tq_score_ref(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores) {
     uint8_t idx[KVQ_DIM_MAX];
-    const float *cent = L->cb->c;
+    const float *cent = L->scent;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *rec = codes + i * L->stride;
         strided_unpack(rec + L->idx_off, L->d, L->b, idx);
@@ -78,6 +78,7 @@ void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_
 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *a) { tq_accum_ref(L, w, nq, codes, n, a); }
 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b, int sn, const float *x, float *scale, uint8_t *packed) { (void)rot; (void)cb; (void)d; (void)b; (void)sn; (void)x; (void)scale; (void)packed; return 0; }
 int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y) { (void)L; (void)rec; (void)y; return 0; }
+int tq_score_vnni(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes, size_t n, float *s) { (void)L; (void)qp; (void)qs; (void)nq; (void)codes; (void)n; (void)s; return 0; }
 #endif
 
 void tq_quantize(const kvq_codebook *cb, const float *y, int d, int scale_norm, uint8_t *idx, float *scale, kvq_isa isa) {
@@ -86,10 +87,38 @@ void tq_quantize(const kvq_codebook *cb, const float *y, int d, int scale_norm, 
     else tq_quantize_ref(cb, y, d, scale_norm, idx, scale);
 }
 
+void tq_prepare_query(const kvq_rotation *rot, int d, const float *q, float *qp) {
+    rot_apply(rot, q, qp);
+    float m = 0;
+    for (int c = 0; c < d; c++) m = fmaxf(m, fabsf(qp[c]));
+    float sq = m / 127.0f, inv = m > 0 ? 127.0f / m : 0.0f;
+    int8_t *q8 = (int8_t *)(qp + 2 * d + 2);
+    float sum = 0;
+    for (int c = 0; c < d; c++) {
+        long v = lrintf(qp[c] * inv);
+        v = v > 127 ? 127 : v < -127 ? -127 : v;
+        q8[c] = (int8_t)v;
+        qp[d + c] = (float)v;
+        sum += (float)v;
+    }
+    qp[2 * d] = sq;
+    qp[2 * d + 1] = sum;
+}
+
 void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores, kvq_isa isa) {
-    if (isa >= KVQ_ISA_AVX512) tq_score_avx512(L, qp, qstride, nq, codes, n, scores);
-    else if (isa >= KVQ_ISA_AVX2) tq_score_avx2(L, qp, qstride, nq, codes, n, scores);
-    else tq_score_ref(L, qp, qstride, nq, codes, n, scores);
+    tq_layout l = *L;
+    const int i8 = L->cb->snapped;
+    l.scent = i8 ? L->cb->ci : L->cb->c;
+    if (i8 && L->vnni && tq_score_vnni(&l, qp, qstride, nq, codes, n, scores)) return;
+    const float *q = i8 ? qp + L->d : qp; /* integer-valued q8 rows, or q~ */
+    if (isa >= KVQ_ISA_AVX512) tq_score_avx512(&l, q, qstride, nq, codes, n, scores);
+    else if (isa >= KVQ_ISA_AVX2) tq_score_avx2(&l, q, qstride, nq, codes, n, scores);
+    else tq_score_ref(&l, q, qstride, nq, codes, n, scores);
+    if (i8)
+        for (size_t j = 0; j < nq; j++) {
+            const float qs = qp[j * qstride + 2 * (size_t)L->d] * L->cb->cscale;
+            for (size_t i = 0; i < n; i++) scores[j * n + i] *= qs;
+        }
 }
 
 void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa) {

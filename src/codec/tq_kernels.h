@@ -3,6 +3,14 @@
  * strided layout (tq-mse, and the first stages of tq-prod and rvq):
  *   est <q, x> = scale * sum_c q~_c * cent[idx_c]       (q~ = R q)
  *   acc_c     += w * scale * cent[idx_c]                 (rotated domain)
+ * With a snapped codebook (<= 16 levels, cb_snap_int8) scores are integer
+ * dot products, as llama.cpp dots quantized weights with q8 activations:
+ *   est = ((float) sum_c q8_c * c8[idx_c] * scale) * (sq * cscale)
+ * q8 = round(q~ / sq), sq = max|q~| / 127: every path (scalar, AVX2, AVX-512,
+ * AVX-512 VNNI) computes the same exact integer sum (products < 2^14, sums
+ * < 2^24, exact in float too), so they agree bit for bit. The query
+ * rounding costs ~6e-4 |q||k| of inner-product error at d = 128, against
+ * 6.7e-3 for the 4-bit codebook itself.
  * Scalar references (tq_kernels.c) and x86 versions (tq_kernels_x86.c).
  */
 #ifndef KVQ_TQ_KERNELS_H
@@ -19,7 +27,23 @@ typedef struct tq_layout {
     size_t scale_off; /* offset of the scale (f16, or f32 if scale32) */
     size_t idx_off;   /* offset of the packed indices */
     int scale32;
+    int vnni;         /* the plan may use the AVX-512 VNNI score kernel */
+    /* set by tq_score: the table the score kernels multiply queries with
+     * (cb->c, or cb->ci for integer scores) */
+    const float *scent;
 } tq_layout;
+
+/*
+ * Prepared query of the tq family (d = head dim), TQ_QFLOATS(d) floats:
+ *   [0, d)            q~ = R q
+ *   [d, 2d)           q8 as floats (integers, |q8| <= 127)
+ *   2d                sq = max|q~| / 127
+ *   2d + 1            sum of q8
+ *   [2d + 2, ...)     q8 as d int8 bytes (d/4 floats)
+ */
+#define TQ_QFLOATS(d) (2 * (size_t)(d) + 2 + (size_t)(d) / 4)
+void tq_prepare_query(const kvq_rotation *rot, int d, const float *q, float *qp);
+
 
 static inline float tq_scale(const tq_layout *L, const uint8_t *rec) {
     if (L->scale32) { float s; memcpy(&s, rec + L->scale_off, 4); return s; }
@@ -55,6 +79,9 @@ int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int 
                            const float *x, float *scale, uint8_t *packed);
 int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y);
 
+/* qp: nq prepared queries (TQ_QFLOATS(d) layout), qstride floats apart. */
 void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores, kvq_isa isa);
+/* VNNI kernel (returns 0 if it does not serve the layout). */
+int tq_score_vnni(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores);
 void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa);
 #endif

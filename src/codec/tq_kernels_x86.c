@@ -30,15 +30,15 @@ typedef struct {
     const float *cent;
 } lut512;
 
-KVQ_TARGET_AVX512 static lut512 lut512_make(const tq_layout *L) {
+KVQ_TARGET_AVX512 static lut512 lut512_make(const tq_layout *L, const float *cent) {
     lut512 t;
     t.d = L->d;
     t.b = L->b;
     t.nlev = L->cb->n;
-    t.cent = L->cb->c;
+    t.cent = cent;
     t.direct = direct_ok(L->d, L->b, 16);
-    t.c0 = _mm512_loadu_ps(L->cb->c);
-    t.c1 = _mm512_loadu_ps(L->cb->c + 16);
+    t.c0 = _mm512_loadu_ps(cent);
+    t.c1 = _mm512_loadu_ps(cent + 16);
     return t;
 }
 
@@ -72,7 +72,7 @@ KVQ_TARGET_AVX512 static inline __m512 vals16(const lut512 *t, const uint8_t *pk
 KVQ_TARGET_AVX512 static void score512_generic(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
                                        const uint8_t *codes, size_t n, float *scores) {
     if (L->d % 16) { tq_score_avx2(L, qp, qstride, nq, codes, n, scores); return; }
-    lut512 t = lut512_make(L);
+    lut512 t = lut512_make(L, L->scent);
     uint8_t ubuf[KVQ_DIM_MAX];
     const int d = L->d;
     for (size_t j0 = 0; j0 < nq; j0 += 4) {
@@ -100,7 +100,7 @@ KVQ_TARGET_AVX512 static void score512_generic(const tq_layout *L, const float *
 KVQ_TARGET_AVX512 static void accum512_generic(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
                                        size_t n, float *acc) {
     if (L->d % 16 || !direct_ok(L->d, L->b, 16)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
-    lut512 t = lut512_make(L);
+    lut512 t = lut512_make(L, L->cb->c);
     const int d = L->d;
     for (size_t j = 0; j < nq; j++) {
         const float *wj = w + j * n;
@@ -167,7 +167,7 @@ KVQ_TARGET_AVX512 AI __m512 lut16_c(__m512i idx, __m512 c0, __m512 c1, const int
 
 KVQ_TARGET_AVX512 AI void score_body(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes,
                                      size_t n, float *scores, const int d, const int b) {
-    const __m512 c0 = _mm512_loadu_ps(L->cb->c), c1 = _mm512_loadu_ps(L->cb->c + 16);
+    const __m512 c0 = _mm512_loadu_ps(L->scent), c1 = _mm512_loadu_ps(L->scent + 16);
     const size_t stride = L->stride, io = L->idx_off;
     for (size_t j0 = 0; j0 < nq; j0 += 4) {
         const float *q0 = qp + j0 * qs;
@@ -298,15 +298,15 @@ typedef struct {
     const float *cent;
 } lut256;
 
-KVQ_TARGET_AVX2 static lut256 lut256_make(const tq_layout *L) {
+KVQ_TARGET_AVX2 static lut256 lut256_make(const tq_layout *L, const float *cent) {
     lut256 t;
     t.d = L->d;
     t.b = L->b;
     t.nlev = L->cb->n;
-    t.cent = L->cb->c;
+    t.cent = cent;
     t.direct = direct_ok(L->d, L->b, 8);
-    t.c0 = _mm256_loadu_ps(L->cb->c);
-    t.c1 = _mm256_loadu_ps(L->cb->c + 8);
+    t.c0 = _mm256_loadu_ps(cent);
+    t.c1 = _mm256_loadu_ps(cent + 8);
     return t;
 }
 
@@ -340,7 +340,7 @@ KVQ_TARGET_AVX2 static inline __m256 vals8(const lut256 *t, const uint8_t *pk, c
 
 KVQ_TARGET_AVX2 static void score256_generic(const tq_layout *L, const float *qp, size_t qstride, size_t nq,
                                    const uint8_t *codes, size_t n, float *scores) {
-    lut256 t = lut256_make(L);
+    lut256 t = lut256_make(L, L->scent);
     uint8_t ubuf[KVQ_DIM_MAX];
     const int d = L->d;
     for (size_t j0 = 0; j0 < nq; j0 += 4) {
@@ -368,7 +368,7 @@ KVQ_TARGET_AVX2 static void score256_generic(const tq_layout *L, const float *qp
 KVQ_TARGET_AVX2 static void accum256_generic(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
                                    size_t n, float *acc) {
     if (!direct_ok(L->d, L->b, 8)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
-    lut256 t = lut256_make(L);
+    lut256 t = lut256_make(L, L->cb->c);
     const int d = L->d;
     for (size_t j = 0; j < nq; j++) {
         const float *wj = w + j * n;
@@ -433,7 +433,7 @@ KVQ_TARGET_AVX2 AI __m256 lut8_c(__m256i idx, __m256 c0, __m256 c1, const int b)
 
 KVQ_TARGET_AVX2 AI void score_body256(const tq_layout *L, const float *qp, size_t qs, size_t nq, const uint8_t *codes,
                                       size_t n, float *scores, const int d, const int b) {
-    const __m256 c0 = _mm256_loadu_ps(L->cb->c), c1 = _mm256_loadu_ps(L->cb->c + 8);
+    const __m256 c0 = _mm256_loadu_ps(L->scent), c1 = _mm256_loadu_ps(L->scent + 8);
     const size_t stride = L->stride, io = L->idx_off;
     for (size_t j0 = 0; j0 < nq; j0 += 4) {
         const float *q0 = qp + j0 * qs;
@@ -647,10 +647,109 @@ KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_
 /* Decode to the rotated domain with the direct lookups. */
 KVQ_TARGET_AVX512 int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y) {
     if (L->d % 16 || !direct_ok(L->d, L->b, 16)) return 0;
-    lut512 t = lut512_make(L);
+    lut512 t = lut512_make(L, L->cb->c);
     __m512 g = _mm512_set1_ps(tq_scale(L, rec));
     for (int c = 0; c < L->d; c += 16)
         _mm512_storeu_ps(y + c, _mm512_mul_ps(g, lookup16(&t, idx16_direct(&t, rec + L->idx_off, c))));
     return 1;
+}
+#endif
+
+#if KVQ_X86
+/* ---- integer scores: AVX-512 VNNI (vpdpbusd) + VBMI (vpermb) ------------
+ * Per 64 coordinates: the index bytes, one vpermb into the 64-byte table of
+ * c8 + 128 (unsigned), one vpdpbusd per query against q8 (signed); the +128
+ * bias is removed with 128 * sum(q8). Integer sums are exact, so this equals
+ * the float kernels bit for bit. */
+#define KVQ_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi2")))
+
+/* Index bytes of coordinates c0..c0+63 (constant d, b, c0). */
+KVQ_TARGET_VNNI AI __m512i idx64_c(const uint8_t *pk, const int d, const int b, const int c0) {
+    __m512i idx = _mm512_setzero_si512();
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
+        const int w = SUBW[b][f], S = d * w / 8;
+        const __m512i mask = _mm512_set1_epi8((char)((1 << w) - 1));
+        __m512i x;
+        if (S % 64 == 0) {
+            x = _mm512_loadu_si512(pk + c0 % S);
+            if (c0 / S) x = _mm512_srli_epi16(x, (unsigned)(w * (c0 / S)));
+        } else { /* four 16-coordinate pieces (S % 16 == 0 is required) */
+            __m128i p[4];
+            for (int k = 0; k < 4; k++) {
+                const int c = c0 + 16 * k;
+                p[k] = _mm_loadu_si128((const __m128i *)(pk + c % S));
+                if (c / S) p[k] = _mm_srli_epi16(p[k], w * (c / S));
+            }
+            x = _mm512_inserti32x4(_mm512_castsi128_si512(p[0]), p[1], 1);
+            x = _mm512_inserti32x4(x, p[2], 2);
+            x = _mm512_inserti32x4(x, p[3], 3);
+        }
+        x = _mm512_and_si512(x, mask);
+        idx = shift ? _mm512_or_si512(idx, _mm512_and_si512(_mm512_slli_epi16(x, (unsigned)shift),
+                                                             _mm512_set1_epi8((char)(((1 << w) - 1) << shift))))
+                    : x;
+        pk += S;
+        shift += w;
+    }
+    return idx;
+}
+
+KVQ_TARGET_VNNI AI void score_vnni_body(const tq_layout *L, const float *qp, size_t qs, size_t nq,
+                                        const uint8_t *codes, size_t n, float *scores, const int d, const int b) {
+    uint8_t tb[64] = {0};
+    for (int k = 0; k < L->cb->n; k++) tb[k] = (uint8_t)(L->cb->c8[k] + 128);
+    const __m512i tab = _mm512_loadu_si512(tb);
+    const size_t stride = L->stride, io = L->idx_off;
+    const float cs = L->cb->cscale;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *qr[4];
+        for (size_t j = 0; j < 4; j++) qr[j] = qp + (j0 + (j < m ? j : 0)) * qs;
+        const int8_t *q8[4];
+        float bias[4], qscale[4];
+        for (int j = 0; j < 4; j++) {
+            q8[j] = (const int8_t *)(qr[j] + 2 * d + 2);
+            bias[j] = 128.0f * qr[j][2 * d + 1];
+            qscale[j] = qr[j][2 * d] * cs;
+        }
+        const __m128 vbias = _mm_loadu_ps(bias);
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * stride, *pk = rec + io;
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 64) {
+                const __m512i v = _mm512_permutexvar_epi8(idx64_c(pk, d, b, c), tab);
+                a0 = _mm512_dpbusd_epi32(a0, v, _mm512_loadu_si512(q8[0] + c));
+                a1 = _mm512_dpbusd_epi32(a1, v, _mm512_loadu_si512(q8[1] + c));
+                a2 = _mm512_dpbusd_epi32(a2, v, _mm512_loadu_si512(q8[2] + c));
+                a3 = _mm512_dpbusd_epi32(a3, v, _mm512_loadu_si512(q8[3] + c));
+            }
+            /* lanes are exact integers < 2^24: the float reduction is exact */
+            __m128 isum = _mm_sub_ps(hsum4_512(_mm512_cvtepi32_ps(a0), _mm512_cvtepi32_ps(a1), _mm512_cvtepi32_ps(a2),
+                                               _mm512_cvtepi32_ps(a3)),
+                                     vbias);
+            float s[4];
+            _mm_storeu_ps(s, _mm_mul_ps(isum, _mm_set1_ps(scale_f16c(L, rec))));
+            for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] = s[j] * qscale[j];
+        }
+    }
+}
+
+#define TQ_VNNI(X) X(64, 1) X(64, 2) X(64, 3) X(64, 4) X(128, 1) X(128, 2) X(128, 3) X(128, 4) \
+    X(256, 1) X(256, 2) X(256, 3) X(256, 4) X(512, 2) X(512, 4)
+#define DEF_VNNI(D, B)                                                                                      \
+    KVQ_TARGET_VNNI static void score_vnni_##D##_##B(const tq_layout *L, const float *qp, size_t qs, size_t nq, \
+                                                     const uint8_t *codes, size_t n, float *scores) {       \
+        score_vnni_body(L, qp, qs, nq, codes, n, scores, D, B);                                             \
+    }
+TQ_VNNI(DEF_VNNI)
+
+int tq_score_vnni(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                  float *scores) {
+    if (!L->vnni || !L->cb->snapped || !direct_ok(L->d, L->b, 16)) return 0;
+#define CASE_V(D, B) if (L->d == D && L->b == B) { score_vnni_##D##_##B(L, qp, qstride, nq, codes, n, scores); return 1; }
+    TQ_VNNI(CASE_V)
+#undef CASE_V
+    return 0;
 }
 #endif

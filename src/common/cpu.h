@@ -8,6 +8,9 @@
 kvq_isa kvq_cpu_isa(void);
 /* 1 if the CPU has AVX-512 VNNI (vpdpbusd). */
 int kvq_cpu_has_avx512vnni(void);
+/* 1 if the CPU has AVX-512 VNNI and VBMI (integer score kernels); the
+ * KVQ_NO_VNNI environment variable turns them off (tests, ablations). */
+int kvq_cpu_has_int8_dot(void);
 /* 1 if the CPU has AVX512-BF16 (vdpbf16ps). */
 int kvq_cpu_has_avx512bf16(void);
 
