@@ -286,10 +286,20 @@ void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float
 /* ------------------------------------------------------------------------ */
 /* Activations                                                              */
 /* ------------------------------------------------------------------------ */
+/* Offset of the spread scales dx in a q8a row. */
+static size_t q8a_dx_offset(int64_t n) { return ((size_t)n + 12 * ((size_t)n / 32) + 63) & ~(size_t)63; }
+
 size_t ggml_q8a_row_bytes(int64_t n) {
-    size_t nb = (size_t)n / 32;
-    size_t bytes = (size_t)n + 12 * nb;
-    return (bytes + 63) & ~(size_t)63;
+    size_t pairs = ((size_t)n / 32 + 1) / 2;
+    return q8a_dx_offset(n) + 64 * pairs;
+}
+
+void ggml_q8a_spread(void *row, int64_t n) {
+    int64_t nb = n / 32;
+    const float *d = (const float *)((const uint8_t *)row + n);
+    float *dx = (float *)((uint8_t *)row + q8a_dx_offset(n));
+    for (int64_t b = 0; b < 2 * ((nb + 1) / 2); b++)
+        for (int l = 0; l < 8; l++) dx[8 * b + l] = b < nb ? d[b] : 0.0f;
 }
 
 void ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
@@ -313,6 +323,7 @@ void ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
         s[b] = db * (float)(sum0 + sum1);
         s0[b] = db * (float)sum0;
     }
+    ggml_q8a_spread(row, n);
 }
 
 /* ------------------------------------------------------------------------ */

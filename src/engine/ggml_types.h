@@ -139,13 +139,18 @@ void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float
 /* ------------------------------------------------------------------------ */
 /*
  * A q8a row of n values (n % 32 == 0), nb = n/32, structure of arrays:
- *   int8 q[n] | float d[nb] | float s[nb] | float s0[nb]   (padded to 64 B)
+ *   int8 q[n] | float d[nb] | float s[nb] | float s0[nb] | (to 64 B)
+ *   | float dx[(nb+1)/2][16]                                   (padded to 64 B)
  * x[i] ~= d[i/32] * q[i], q = round(x/d) with d = max|x|/127 per block;
  * s = d * sum of the block's 32 q, s0 = d * sum of its first 16 (the min
- * terms: sum_h min_h * s_h = min_b * s + (min_a - min_b) * s0).
+ * terms: sum_h min_h * s_h = min_b * s + (min_a - min_b) * s0);
+ * dx[p] = the scales of blocks 2p and 2p+1 spread over 8 lanes each (0 past
+ * the last block): what a 512-bit kernel multiplies a pair's lanes with.
  */
 size_t ggml_q8a_row_bytes(int64_t n);
 void ggml_quantize_q8a_row(const float *x, int64_t n, void *row);
+/* Writes the row's dx array from its d array (part of quantizing). */
+void ggml_q8a_spread(void *row, int64_t n);
 
 /* 1 if weights of type t are dotted with q8a activations, 0 with f32. */
 int ggml_type_uses_q8a(ggml_type t);
@@ -154,7 +159,7 @@ int ggml_type_uses_q8a(ggml_type t);
 /* Kernels with run-time dispatch                                           */
 /* ------------------------------------------------------------------------ */
 /* Most activation rows one kernel call handles (weight block reuse). */
-#define GGML_MAX_NX 4
+#define GGML_MAX_NX 8
 
 /*
  * out[r] = dot(weight row w, activation row r) for r < nx <= GGML_MAX_NX;

@@ -16,13 +16,6 @@
 #define KVQ_VNNI 1
 #include "ggml_dot_x86.inc"
 
-/* Lane i of a 512-bit float vector takes element didx[i] of a 4-float source. */
-TGT AI __m512 spread2(const float *p) { /* [p0 x 8, p1 x 8] */
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m128i two = _mm_loadl_epi64((const __m128i *)(const void *)p);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castsi128_ps(two)));
-}
-
 TGT AI __m512 spread4(float a0, float b0, float a1, float b1) { /* [a0 x 4, b0 x 4, a1 x 4, b1 x 4] */
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(a0, b0, a1, b1)));
@@ -39,7 +32,8 @@ TGT AI void pair_block(__m512i u, __m512 wsv, const acts8 *a, int64_t j, const i
     for (int r = 0; r < nx; r++) {
         __m512i q = _mm512_loadu_si512((const void *)(a_q(a, r) + 32 * j));
         __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q));
-        acc[r] = _mm512_fmadd_ps(p, _mm512_mul_ps(wsv, spread2(a_d(a, r) + j)), acc[r]);
+        const float *dx = (const float *)(const void *)(a->base + (size_t)r * a->stride + a->dxo) + 8 * j; /* j even */
+        acc[r] = _mm512_fmadd_ps(p, _mm512_mul_ps(wsv, _mm512_loadu_ps(dx)), acc[r]);
     }
 }
 
@@ -91,7 +85,7 @@ TGT AI __m512i unpack_pair(const int T, const void *w, int64_t j, float *d, floa
 
 TGT AI void k512_legacy(const int T, int64_t n, const void *w, const void *act, size_t stride, const int nx,
                         float *out) {
-    acts8 a = {act, stride, n, n / 32};
+    acts8 a = ACTS8(act, stride, n);
     __m512 acc[GGML_MAX_NX];
     __m256 acc2[GGML_MAX_NX], macc[GGML_MAX_NX];
     float mw[CHUNK_BLOCKS];
@@ -119,7 +113,7 @@ TGT AI void k512_legacy(const int T, int64_t n, const void *w, const void *act, 
 
 TGT AI void k512_q45_K(const int T, int64_t n, const void *w, const void *act, size_t stride, const int nx,
                        float *out) {
-    acts8 a = {act, stride, n, n / 32};
+    acts8 a = ACTS8(act, stride, n);
     __m512 acc[GGML_MAX_NX];
     __m256 macc[GGML_MAX_NX];
     float mw[CHUNK_BLOCKS];
@@ -160,7 +154,7 @@ TGT AI void k512_q45_K(const int T, int64_t n, const void *w, const void *act, s
 }
 
 TGT AI void k512_q6_K(int64_t n, const void *w, const void *act, size_t stride, const int nx, float *out) {
-    acts8 a = {act, stride, n, n / 32};
+    acts8 a = ACTS8(act, stride, n);
     __m512 acc[GGML_MAX_NX];
     __m256 macc[GGML_MAX_NX];
     float mw[CHUNK_BLOCKS], mw0[CHUNK_BLOCKS];
