@@ -563,8 +563,9 @@ KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) int
 encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, const int b, int scale_norm,
                   const float *x, float *scale, uint8_t *packed) {
     const int ng = d / 16;
-    __m512 v[KVQ_DIM_MAX / 16];
+    __m512 v[d / 16]; /* d is a constant in every instantiation */
     const __m512 inv = _mm512_set1_ps(1.0f / sqrtf((float)d));
+#pragma GCC unroll 32
     for (int g = 0; g < ng; g++)
         v[g] = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * g), _mm512_loadu_ps(rot->signs + 16 * g)), inv);
     const __m512 sgn1 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
@@ -572,9 +573,12 @@ encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, 
     const __m512 sgn4 = _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1);
     const __m512 sgn8 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
     __m512 ss = _mm512_setzero_ps();
+#pragma GCC unroll 2
     for (int round = 0; round < 2; round++) {
         if (round) /* second randomized round: s2 and 1/sqrt(d) */
+#pragma GCC unroll 32
             for (int g = 0; g < ng; g++) v[g] = _mm512_mul_ps(_mm512_mul_ps(v[g], _mm512_loadu_ps(rot->signs + d + 16 * g)), inv);
+#pragma GCC unroll 32
         for (int g = 0; g < ng; g++) {
             __m512 t = v[g];
             t = _mm512_fmadd_ps(t, sgn1, _mm512_permute_ps(t, 0xB1));
@@ -582,14 +586,17 @@ encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, 
             t = _mm512_fmadd_ps(t, sgn4, _mm512_shuffle_f32x4(t, t, 0xB1));
             v[g] = _mm512_fmadd_ps(t, sgn8, _mm512_shuffle_f32x4(t, t, 0x4E));
         }
+#pragma GCC unroll 8
         for (int h = 1; h < ng; h <<= 1)
-            for (int i = 0; i < ng; i += h << 1)
-                for (int j = i; j < i + h; j++) {
-                    __m512 a = v[j], c = v[j + h];
-                    v[j] = _mm512_add_ps(a, c);
-                    v[j + h] = _mm512_sub_ps(a, c);
-                }
+#pragma GCC unroll 16
+            for (int k = 0; k < ng / 2; k++) { /* butterfly k of span h */
+                const int j = (k / h) * 2 * h + k % h;
+                __m512 a = v[j], c = v[j + h];
+                v[j] = _mm512_add_ps(a, c);
+                v[j + h] = _mm512_sub_ps(a, c);
+            }
     }
+#pragma GCC unroll 32
     for (int g = 0; g < ng; g++) ss = _mm512_fmadd_ps(v[g], v[g], ss);
     float nrm2 = _mm512_reduce_add_ps(ss);
     if (!(nrm2 > 0) || !isfinite(nrm2)) return 0;
@@ -598,10 +605,12 @@ encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, 
     const __m512 tb = _mm512_loadu_ps(cb->t), cv = _mm512_loadu_ps(cb->c);
     __m512 yc = _mm512_setzero_ps(), cc = _mm512_setzero_ps();
     __m512i id[KVQ_DIM_MAX / 16];
+#pragma GCC unroll 32
     for (int g = 0; g < ng; g++) {
         __m512 xs = _mm512_mul_ps(v[g], s);
         __m512i k = _mm512_setzero_si512();
-        for (int step = cb->n >> 1; step > 0; step >>= 1) {
+#pragma GCC unroll 4
+        for (int step = (1 << b) >> 1; step > 0; step >>= 1) {
             __m512i probe = _mm512_add_epi32(k, _mm512_set1_epi32(step - 1));
             __mmask16 gt = _mm512_cmp_ps_mask(xs, _mm512_permutexvar_ps(probe, tb), _CMP_GT_OQ);
             k = _mm512_mask_add_epi32(k, gt, k, _mm512_set1_epi32(step));
@@ -618,8 +627,10 @@ encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, 
     for (int f = 0; f < 3 && SUBW[b][f]; f++) {
         const int w = SUBW[b][f], S = d * w / 8, per = 8 / w;
         const __m512i mask = _mm512_set1_epi32((1 << w) - 1);
+#pragma GCC unroll 16
         for (int j0 = 0; j0 < S; j0 += 16) {
             __m512i byte = _mm512_setzero_si512();
+#pragma GCC unroll 8
             for (int k = 0; k < per; k++) {
                 __m512i f16 = _mm512_and_si512(_mm512_srli_epi32(id[(j0 + k * S) / 16], (unsigned)shift), mask);
                 byte = _mm512_or_si512(byte, _mm512_slli_epi32(f16, (unsigned)(k * w)));
@@ -641,7 +652,7 @@ KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_
     FUSED_CASE(128, 4) FUSED_CASE(128, 3) FUSED_CASE(128, 2) FUSED_CASE(128, 1)
     FUSED_CASE(64, 4) FUSED_CASE(64, 2) FUSED_CASE(256, 4) FUSED_CASE(256, 3) FUSED_CASE(256, 2)
 #undef FUSED_CASE
-    return encode_fused_body(rot, cb, d, b, scale_norm, x, scale, packed);
+    return 0; /* other shapes: rotate, tq_quantize, strided_pack */
 }
 
 /* Decode to the rotated domain with the direct lookups. */
