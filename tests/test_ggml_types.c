@@ -294,6 +294,43 @@ static void test_dots(tu_rng *r) {
     free(row); free(x); free(xd); free(act);
 }
 
+/* ---- quantized weights x f32 activations ------------------------------------------- */
+static void test_dotf(tu_rng *r) {
+    const int64_t lens[] = {256, 1536, 544, 8448};
+    uint8_t *row = malloc(ggml_row_bytes(GGML_TYPE_Q8_0, 8448));
+    float *x = malloc(sizeof(float) * GGML_MAX_NX * 8448);
+    const ggml_kernels *tabs[8];
+    int ntab = ggml_kernels_all(tabs, 8);
+    for (int li = 0; li < 4; li++) {
+        int64_t n = lens[li];
+        for (int ti = 0; ti < NQ; ti++) {
+            ggml_type t = QTYPES[ti];
+            if (n % ggml_type_block(t)) continue;
+            double worst[8] = {0};
+            for (int it = 0; it < 4; it++) {
+                random_row(r, t, n, row);
+                for (int64_t i = 0; i < GGML_MAX_NX * n; i++) x[i] = (float)(tu_gauss(r) * (i % 61 == 0 ? 20 : 1));
+                for (int tb = 0; tb < ntab; tb++) {
+                    for (int nx = 1; nx <= GGML_MAX_NX; nx += 3) {
+                        float got[GGML_MAX_NX];
+                        tabs[tb]->dotf[t](n, row, x, sizeof(float) * (size_t)n, nx, got);
+                        for (int k = 0; k < nx; k++) {
+                            double absum, want = dot_deq(t, row, n, x + k * n, &absum);
+                            double e = fabs(got[k] - want) / (absum + 1e-30);
+                            if (e > worst[tb]) worst[tb] = e;
+                        }
+                    }
+                }
+            }
+            for (int tb = 0; tb < ntab; tb++)
+                CHECK(worst[tb] < 2e-6, "%s dotf %s n=%lld: rel err %g", tabs[tb]->name, ggml_type_name(t),
+                      (long long)n, worst[tb]);
+        }
+    }
+    free(row);
+    free(x);
+}
+
 /* ---- matrix products ------------------------------------------------------------------ */
 static void test_matmul(tu_rng *r) {
     const int64_t cols = 512, rows[3] = {37, 16, 5};
@@ -349,6 +386,26 @@ static void test_matmul(tu_rng *r) {
                 }
                 CHECK(worst < 1e-4, "%s threads=%d ntok=%lld: matmul vs per-row dots %g", k->name, th + 1,
                       (long long)ntok, worst);
+                /* f32 activations: every type against the f32 rows */
+                for (int m = 0; m < 3; m++) Y[m] = calloc((size_t)(ntok * ldy[m]), sizeof(float));
+                ggml_acts_init(&A, X, ntok, cols, NULL);
+                A.f32_only = 1;
+                CHECK_OK(ggml_matmul_multi(k, th ? pool : NULL, Wp, 3, &A, Y, ldy));
+                worst = 0;
+                for (int m = 0; m < 3; m++) {
+                    ggml_dot_fn ref = ggml_type_uses_q8a(types[m]) ? ggml_kernels_scalar()->dotf[types[m]]
+                                                                  : ggml_kernels_scalar()->dot[types[m]];
+                    for (int64_t t = 0; t < ntok; t++)
+                        for (int64_t i = 0; i < rows[m]; i++) {
+                            float want;
+                            ref(cols, wdata[m] + W[m].row_bytes * (size_t)i, X + t * cols, 0, 1, &want);
+                            double e = fabs(Y[m][t * ldy[m] + i] - want) / (fabs(want) + 1.0);
+                            if (e > worst) worst = e;
+                        }
+                    free(Y[m]);
+                }
+                CHECK(worst < 1e-4, "%s threads=%d ntok=%lld: f32-activation matmul %g", k->name, th + 1,
+                      (long long)ntok, worst);
             }
         }
         /* errors */
@@ -375,6 +432,7 @@ int main(void) {
     test_unpack_vs_dequant(&r);
     test_quantize(&r);
     test_dots(&r);
+    test_dotf(&r);
     test_matmul(&r);
     return tu_finish("test_ggml_types");
 }

@@ -350,6 +350,21 @@ static void dot_q8a_ref(ggml_type t, int64_t n, const void *w, const void *act, 
     }
 }
 
+/* Quantized weights (through the sub-block decomposition) against f32 rows. */
+static void dotf_ref(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
+    double acc[GGML_MAX_NX] = {0};
+    for (int64_t j = 0; j < n / 32; j++) {
+        uint8_t u[32];
+        float sc[2], mn[2];
+        ggml_unpack32(t, w, j, u, sc, mn);
+        for (int r = 0; r < nx; r++) {
+            const float *x = (const float *)((const uint8_t *)act + (size_t)r * stride) + 32 * j;
+            for (int l = 0; l < 32; l++) acc[r] += ((double)sc[l / 16] * u[l] + mn[l / 16]) * x[l];
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = (float)acc[r];
+}
+
 static void dot_float_ref(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
     const uint8_t *p = w;
     for (int r = 0; r < nx; r++) {
@@ -378,6 +393,16 @@ REF_Q8A(GGML_TYPE_Q8_0, ref_q8_0)
 REF_Q8A(GGML_TYPE_Q4_K, ref_q4_K)
 REF_Q8A(GGML_TYPE_Q5_K, ref_q5_K)
 REF_Q8A(GGML_TYPE_Q6_K, ref_q6_K)
+#define REF_QF(T, name) \
+    static void name(int64_t n, const void *w, const void *a, size_t s, int nx, float *o) { dotf_ref(T, n, w, a, s, nx, o); }
+REF_QF(GGML_TYPE_Q4_0, reff_q4_0)
+REF_QF(GGML_TYPE_Q4_1, reff_q4_1)
+REF_QF(GGML_TYPE_Q5_0, reff_q5_0)
+REF_QF(GGML_TYPE_Q5_1, reff_q5_1)
+REF_QF(GGML_TYPE_Q8_0, reff_q8_0)
+REF_QF(GGML_TYPE_Q4_K, reff_q4_K)
+REF_QF(GGML_TYPE_Q5_K, reff_q5_K)
+REF_QF(GGML_TYPE_Q6_K, reff_q6_K)
 REF_F(GGML_TYPE_F32, ref_f32)
 REF_F(GGML_TYPE_F16, ref_f16)
 REF_F(GGML_TYPE_BF16, ref_bf16)
@@ -389,6 +414,11 @@ static const ggml_kernels SCALAR = {
         [GGML_TYPE_Q4_0] = ref_q4_0, [GGML_TYPE_Q4_1] = ref_q4_1, [GGML_TYPE_Q5_0] = ref_q5_0,
         [GGML_TYPE_Q5_1] = ref_q5_1, [GGML_TYPE_Q8_0] = ref_q8_0, [GGML_TYPE_Q4_K] = ref_q4_K,
         [GGML_TYPE_Q5_K] = ref_q5_K, [GGML_TYPE_Q6_K] = ref_q6_K,
+    },
+    .dotf = {
+        [GGML_TYPE_Q4_0] = reff_q4_0, [GGML_TYPE_Q4_1] = reff_q4_1, [GGML_TYPE_Q5_0] = reff_q5_0,
+        [GGML_TYPE_Q5_1] = reff_q5_1, [GGML_TYPE_Q8_0] = reff_q8_0, [GGML_TYPE_Q4_K] = reff_q4_K,
+        [GGML_TYPE_Q5_K] = reff_q5_K, [GGML_TYPE_Q6_K] = reff_q6_K,
     },
     .quantize_q8a = ggml_quantize_q8a_row,
 };
@@ -481,24 +511,12 @@ static void mm_task(void *arg, int task, int thread) {
         r1 -= j->row0[m];
         float *Y = j->Y[m];
         int64_t ldy = j->ldy[m];
-        if (A->f32_only && ggml_type_uses_q8a(W->type)) {
-            /* weight rows outer: each row dequantized once, dotted with every token */
-            float wrow[GGML_F32ACT_MAX_COLS];
-            ggml_dot_fn fdot = j->k->dot[GGML_TYPE_F32];
+        if (ggml_type_uses_q8a(W->type) && !A->f32_only) { act = A->q8; stride = ggml_q8a_row_bytes(A->cols); }
+        else {
+            act = A->x;
             stride = (size_t)A->cols * sizeof(float);
-            for (int64_t r = r0; r < r1; r++) {
-                ggml_dequant_row(W->type, (const uint8_t *)W->data + (size_t)r * W->row_bytes, wrow, A->cols);
-                for (int64_t t = 0; t < A->ntok; t += GGML_MAX_NX) {
-                    int nx = (int)(A->ntok - t < GGML_MAX_NX ? A->ntok - t : GGML_MAX_NX);
-                    float o[GGML_MAX_NX];
-                    fdot(A->cols, wrow, A->x + t * A->cols, stride, nx, o);
-                    for (int x = 0; x < nx; x++) Y[(t + x) * ldy + r] = o[x];
-                }
-            }
-            continue;
+            if (A->f32_only && ggml_type_uses_q8a(W->type)) dot = j->k->dotf[W->type];
         }
-        if (ggml_type_uses_q8a(W->type)) { act = A->q8; stride = ggml_q8a_row_bytes(A->cols); }
-        else { act = A->x; stride = (size_t)A->cols * sizeof(float); }
         /* activation tiles outer, weight rows inner: the task's weight rows
          * are reused from cache for every tile */
         for (int64_t t = 0; t < A->ntok; t += GGML_MAX_NX) {
@@ -529,7 +547,7 @@ int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *
         if (!ggml_type_supported(W[m]->type) || !k->dot[W[m]->type]) return KVQ_ERR_UNSUPPORTED;
         if (ggml_type_uses_q8a(W[m]->type)) {
             if (A->cols % 32) return KVQ_ERR_INVALID_ARG;
-            if (A->f32_only && A->cols > GGML_F32ACT_MAX_COLS) return KVQ_ERR_INVALID_ARG;
+            if (A->f32_only && !k->dotf[W[m]->type]) return KVQ_ERR_UNSUPPORTED;
             need_q8 = !A->f32_only;
         }
         j.W[m] = W[m];

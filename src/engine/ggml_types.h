@@ -171,6 +171,9 @@ typedef void (*ggml_dot_fn)(int64_t n, const void *w, const void *act, size_t ac
 typedef struct ggml_kernels {
     const char *name;                    /* "scalar", "avx2", "avx512vnni" */
     ggml_dot_fn dot[GGML_TYPE_COUNT];    /* NULL for unsupported types */
+    /* quantized weights against f32 activation rows (each sub-block
+     * dequantized in registers, shared by the rows): no activation rounding */
+    ggml_dot_fn dotf[GGML_TYPE_COUNT];
     void (*quantize_q8a)(const float *x, int64_t n, void *row);
 } ggml_kernels;
 
@@ -198,12 +201,9 @@ typedef struct ggml_acts {
     int64_t ntok, cols;
     void *q8;         /* (ntok, q8a row) workspace */
     int q8_ready;
-    int f32_only;     /* 1: quantized weights are dequantized (per row, once per
-                       * call) and dotted with the f32 rows: no activation rounding,
-                       * slower; cols <= GGML_F32ACT_MAX_COLS */
+    int f32_only;     /* 1: quantized weights are dotted with the f32 rows
+                       * (kernels' dotf): no activation rounding, slower */
 } ggml_acts;
-
-#define GGML_F32ACT_MAX_COLS 16384
 
 /* Starts a batch (q8_ready = 0, f32_only = 0). */
 void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8);

@@ -16,6 +16,7 @@ static const ggml_kernels KERNELS = {
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_K] = dot_q4_K,
         [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
     },
+    .dotf = DOTF_TABLE,
     .quantize_q8a = quantize_q8a,
 };
 
