@@ -52,6 +52,11 @@ typedef struct kvq_codebook {
     /* int8 grid (cb_snap_int8, codebooks of <= 16 levels): c[i] = cscale * c8[i]
      * exactly, ci[i] = (float)c8[i]; used by the integer score kernels. */
     int snapped;
+    /* guess of a coordinate's index, g = clamp(floor(x * ga + gb), 0, n-1),
+     * verified at creation to be off by at most one everywhere (guess_ok);
+     * the SIMD encoder then needs two compares instead of a binary search */
+    int guess_ok;
+    float ga, gb;
     float cscale;
     float ci[32];   /* 32: SIMD loads read two 16-entry halves */
     int8_t c8[16];
@@ -63,6 +68,8 @@ typedef struct kvq_codebook {
  * a quantization error of std 0.1); in exchange scores are exact integer dot
  * products of 8-bit queries and 8-bit centroids (tq_kernels.h). */
 void cb_snap_int8(kvq_codebook *cb);
+/* Sets ga, gb and guess_ok (called by cb_snap_int8). */
+void cb_prepare_guess(kvq_codebook *cb);
 
 /* Solves Lloyd-Max for 2^bits levels of the density (d used by DENS_SPHERE:
  * density of sqrt(d) * (a coordinate of a uniform point on S^{d-1})). */

@@ -323,4 +323,27 @@ void cb_snap_int8(kvq_codebook *cb) {
     for (int i = cb->n; i < 32; i++) cb->ci[i] = 0;
     for (int i = 0; i + 1 < cb->n; i++) cb->t[i] = 0.5f * (cb->c[i] + cb->c[i + 1]);
     cb->snapped = 1;
+    cb_prepare_guess(cb);
+}
+
+static int guess_of(const kvq_codebook *cb, float x) {
+    float g = floorf(x * cb->ga + cb->gb);
+    return g < 0 ? 0 : g > cb->n - 1 ? cb->n - 1 : (int)g;
+}
+
+void cb_prepare_guess(kvq_codebook *cb) {
+    cb->guess_ok = 0;
+    if (cb->n < 4 || cb->n > 16) return;
+    /* uniform cells of the mean spacing, cell 1 starting at t_0 */
+    float span = cb->t[cb->n - 2] - cb->t[0];
+    cb->ga = (float)(cb->n - 2) / span;
+    cb->gb = 1.0f - cb->t[0] * cb->ga;
+    /* g is monotone: check it at both ends of every cell (and just inside) */
+    for (int i = 0; i < cb->n; i++) {
+        float lo = i == 0 ? -1e30f : nextafterf(cb->t[i - 1], INFINITY);
+        float hi = i == cb->n - 1 ? 1e30f : cb->t[i];
+        int glo = guess_of(cb, lo), ghi = guess_of(cb, hi);
+        if (glo < i - 1 || ghi > i + 1) return;
+    }
+    cb->guess_ok = 1;
 }
