@@ -700,6 +700,12 @@ KVQ_TARGET_VNNI AI __m512i idx64_c(const uint8_t *pk, const int d, const int b, 
         if (S % 64 == 0) {
             x = _mm512_loadu_si512(pk + c0 % S);
             if (c0 / S) x = _mm512_srli_epi16(x, (unsigned)(w * (c0 / S)));
+        } else if (S % 32 == 0) { /* two 32-coordinate halves */
+            __m256i h0 = _mm256_loadu_si256((const __m256i *)(pk + c0 % S));
+            __m256i h1 = _mm256_loadu_si256((const __m256i *)(pk + (c0 + 32) % S));
+            if (c0 / S) h0 = _mm256_srli_epi16(h0, w * (c0 / S));
+            if ((c0 + 32) / S) h1 = _mm256_srli_epi16(h1, w * ((c0 + 32) / S));
+            x = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
         } else { /* four 16-coordinate pieces (S % 16 == 0 is required) */
             __m128i p[4];
             for (int k = 0; k < 4; k++) {
