@@ -157,7 +157,7 @@ int kvq_session_truncate(kvq_session *S, size_t pos) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Per-token element-wise steps, run over the pool (one task per token)      */
+/* Per-token element-wise steps, run over the pool (a few tokens per task)   */
 /* ------------------------------------------------------------------------ */
 typedef enum {
     STEP_ATTN_NORM,   /* xb = rmsnorm(x, attn_norm) */
@@ -168,22 +168,29 @@ typedef enum {
     STEP_FFN_RESID,   /* x += post_norm(proj) */
 } step_kind;
 
-typedef struct { kvq_session *S; int layer; step_kind kind; int ntok; } step_job;
+typedef struct { kvq_session *S; int layer; step_kind kind; int ntok, per_task; } step_job;
 
 static void add_bias(float *x, const float *b, int n) {
     if (b)
         for (int i = 0; i < n; i++) x[i] += b[i];
 }
 
+static void step_token(const step_job *j, int t);
+
 static void step_task(void *arg, int task, int thread) {
     (void)thread;
     const step_job *j = arg;
+    int t0 = task * j->per_task, t1 = t0 + j->per_task < j->ntok ? t0 + j->per_task : j->ntok;
+    for (int t = t0; t < t1; t++) step_token(j, t);
+}
+
+static void step_token(const step_job *j, int t) {
     kvq_session *S = j->S;
     const kvq_model *m = S->m;
     const kvq_model_config *c = &m->cfg;
     const kvq_layer *L = &m->layers[j->layer];
     kvq_run_state *s = &S->s;
-    int t = task, E = c->n_embd, hd = c->head_dim, F = c->n_ff;
+    int E = c->n_embd, hd = c->head_dim, F = c->n_ff;
     int Q = c->n_head * hd, KV = c->n_head_kv * hd;
     float *x = s->x + (size_t)t * E, *xb = s->xb + (size_t)t * E, *proj = s->proj + (size_t)t * E;
     switch (j->kind) {
@@ -223,8 +230,10 @@ static void step_task(void *arg, int task, int thread) {
 }
 
 static int step(kvq_session *S, int layer, step_kind kind, int ntok) {
-    step_job j = {S, layer, kind, ntok};
-    return kvq_pool_run(S->pool, step_task, &j, ntok);
+    /* about 4 tasks per thread: a token's step is too small to be a task */
+    int nth = kvq_pool_size(S->pool), per = (ntok + 4 * nth - 1) / (4 * nth);
+    step_job j = {S, layer, kind, ntok, per};
+    return kvq_pool_run(S->pool, step_task, &j, (ntok + per - 1) / per);
 }
 
 /* ------------------------------------------------------------------------ */
