@@ -11,6 +11,10 @@
 #include "kvq.h"
 #include "layouts.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct kvq_plan_tables {
     int kind;          /* enum kvq_layout_kind (KVQ_LAY_NONE: f32, bf16, q4, polar, +outliers) */
     int d;             /* head dim */
@@ -31,5 +35,9 @@ typedef struct kvq_plan_tables {
 
 /* Fills t; KVQ_ERR_NULL for NULL arguments. Never fails otherwise (kind may be KVQ_LAY_NONE). */
 int kvq_plan_export(const kvq_plan *plan, kvq_plan_tables *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,311 @@
+/*
+ * cuda_attn — decode attention and encode speed of the CUDA backend
+ * (docs/CUDA.md, docs/RESULTS.md "CUDA (H200)").
+ *
+ * For every (batch x context) shape and K/V policy: a paged cache filled
+ * with random rows encoded by the GPU (pages shuffled in the pool, P = 256),
+ * 32 query heads over 8 KV heads, head dim 128, no f16 window; one decode
+ * step timed with CUDA events around kvq_cuda_attend (query prep + split-K
+ * kernel + merge), after warm-up, median of many runs; the cache is
+ * replicated into enough copies (>= 256 MB in all) that successive runs
+ * rotate through them and the 60 MB L2 cannot hold the working set.
+ * Bandwidth = compressed bytes read (every K and V record of every
+ * position) / time, compared with a measured device-to-device copy (bytes
+ * read + written / time). Encode: vectors per second of kvq_cuda_encode on
+ * 4M rows (f32 and f16 input).
+ * Usage: cuda_attn [--quick] [--json FILE] [--runs N]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kvq.h"
+#include "kvq_cuda.h"
+
+#define CU(expr)                                                                                      \
+    do {                                                                                              \
+        cudaError_t _e = (expr);                                                                      \
+        if (_e != cudaSuccess) {                                                                      \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e));     \
+            exit(1);                                                                                  \
+        }                                                                                             \
+    } while (0)
+#define OK(expr)                                                                                             \
+    do {                                                                                                     \
+        int _rc = (expr);                                                                                    \
+        if (_rc) {                                                                                           \
+            fprintf(stderr, "%s:%d: %s -> %d (%s)\n", __FILE__, __LINE__, #expr, _rc, kvq_strerror(_rc));     \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static FILE *g_json = NULL;
+
+__global__ void fill_gauss(float *x, size_t n, unsigned long long seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        const float u1 = ((z >> 40) + 1) * (1.0f / 16777217.0f), u2 = ((z >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+        x[i] = scale * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    }
+}
+
+static double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+static double copy_bandwidth(void) {
+    const size_t bytes = (size_t)2 << 30;
+    void *a, *b;
+    CU(cudaMalloc(&a, bytes));
+    CU(cudaMalloc(&b, bytes));
+    CU(cudaMemset(a, 1, bytes));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < 25; i++) {
+        CU(cudaEventRecord(e0));
+        CU(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CU(cudaEventRecord(e1));
+        CU(cudaEventSynchronize(e1));
+        float ms;
+        CU(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 5) t.push_back(ms);
+    }
+    const double ms = median(t), gbps = 2.0 * bytes / (ms * 1e-3) / 1e9;
+    printf("device-to-device copy: %.1f GB/s (read + write of %zu MiB, median of %zu)\n", gbps, bytes >> 20, t.size());
+    if (g_json) fprintf(g_json, "{\"bench\":\"copy\",\"bytes\":%zu,\"ms\":%.4f,\"gbps\":%.1f}\n", bytes, ms, gbps);
+    CU(cudaFree(a));
+    CU(cudaFree(b));
+    CU(cudaEventDestroy(e0));
+    CU(cudaEventDestroy(e1));
+    return gbps;
+}
+
+static void bench_encode(const char *spec, kvq_dtype dt) {
+    const int d = 128;
+    const size_t n = (size_t)4 << 20;
+    kvq_plan *p;
+    OK(kvq_plan_create(&p, spec, d, 1, NULL, 0));
+    kvq_cuda_plan *cp;
+    OK(kvq_cuda_plan_create(&cp, p));
+    float *x;
+    void *xin, *codes;
+    int *st;
+    CU(cudaMalloc(&x, n * d * 4));
+    CU(cudaMalloc(&codes, n * kvq_plan_code_bytes(p)));
+    CU(cudaMalloc(&st, 4));
+    CU(cudaMemset(st, 0, 4));
+    fill_gauss<<<1024, 256>>>(x, n * d, 7, 1.0f);
+    xin = x;
+    if (dt == KVQ_DTYPE_F16) { /* f16 copy of the rows through the f16 encoder */
+        kvq_plan *ph;
+        kvq_cuda_plan *ch;
+        OK(kvq_plan_create(&ph, "f16", d, 1, NULL, 0));
+        OK(kvq_cuda_plan_create(&ch, ph));
+        CU(cudaMalloc(&xin, n * d * 2));
+        OK(kvq_cuda_encode(ch, x, KVQ_DTYPE_F32, n, xin, st, NULL));
+        kvq_cuda_plan_free(ch);
+        kvq_plan_free(ph);
+    }
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < 13; i++) {
+        CU(cudaEventRecord(e0));
+        OK(kvq_cuda_encode(cp, xin, dt, n, codes, st, NULL));
+        CU(cudaEventRecord(e1));
+        CU(cudaEventSynchronize(e1));
+        float ms;
+        CU(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 3) t.push_back(ms);
+    }
+    int s;
+    CU(cudaMemcpy(&s, st, 4, cudaMemcpyDeviceToHost));
+    const double ms = median(t), vps = n / (ms * 1e-3);
+    const char *dn = dt == KVQ_DTYPE_F16 ? "f16" : "f32";
+    printf("encode %-10s d=%d %s input: %.3f ms for %zu vectors = %.2f G vectors/s (status %d)\n", spec, d, dn, ms, n,
+           vps / 1e9, s);
+    if (g_json)
+        fprintf(g_json, "{\"bench\":\"encode\",\"spec\":\"%s\",\"dim\":%d,\"input\":\"%s\",\"n\":%zu,\"ms\":%.4f,\"vec_per_s\":%.4g}\n",
+                spec, d, dn, n, ms, vps);
+    if (xin != x) CU(cudaFree(xin));
+    CU(cudaFree(x));
+    CU(cudaFree(codes));
+    CU(cudaFree(st));
+    kvq_cuda_plan_free(cp);
+    kvq_plan_free(p);
+}
+
+struct Policy {
+    const char *name, *k, *v;
+};
+
+static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps) {
+    const int H = 8, HQ = 32, D = 128, P = 256;
+    kvq_plan *kp, *vp;
+    OK(kvq_plan_create(&kp, pol.k, D, 11, NULL, 0));
+    OK(kvq_plan_create(&vp, pol.v, D, 12, NULL, 0));
+    kvq_cuda_plan *ck, *cv;
+    OK(kvq_cuda_plan_create(&ck, kp));
+    OK(kvq_cuda_plan_create(&cv, vp));
+    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0};
+    kvq_cuda_layer *L;
+    OK(kvq_cuda_layer_create(&L, &cfg));
+    const size_t page_bytes = kvq_cuda_layer_page_bytes(L);
+    const int pps = (ctx + P - 1) / P, npages = B * pps;
+    const size_t pool = (size_t)npages * page_bytes;
+    const size_t read_bytes = (size_t)B * ctx * H * (kvq_plan_code_bytes(kp) + kvq_plan_code_bytes(vp));
+    int copies = (int)((256ull << 20) / pool) + 1;
+    if (copies > 64) copies = 64;
+    /* block table: shuffled pages */
+    std::vector<int32_t> perm(npages), bt((size_t)B * pps);
+    for (int i = 0; i < npages; i++) perm[i] = i;
+    unsigned long long rs = 12345;
+    for (int i = npages - 1; i > 0; i--) {
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        std::swap(perm[i], perm[(int)((rs >> 33) % (unsigned long long)(i + 1))]);
+    }
+    for (size_t i = 0; i < bt.size(); i++) bt[i] = perm[i];
+    std::vector<uint8_t *> pages(copies);
+    for (int c = 0; c < copies; c++) CU(cudaMalloc(&pages[c], pool));
+    int32_t *dbt, *dml, *dslot;
+    int *dst;
+    float *x;
+    CU(cudaMalloc(&dbt, bt.size() * 4));
+    CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
+    CU(cudaMalloc(&dml, B * 4));
+    std::vector<int32_t> ml(B, ctx);
+    CU(cudaMemcpy(dml, ml.data(), B * 4, cudaMemcpyHostToDevice));
+    CU(cudaMalloc(&dslot, (size_t)ctx * 4));
+    CU(cudaMalloc(&dst, 4));
+    CU(cudaMemset(dst, 0, 4));
+    CU(cudaMalloc(&x, (size_t)ctx * H * D * 4));
+    std::vector<int32_t> slots(ctx);
+    for (int s = 0; s < B; s++) {
+        for (int t = 0; t < ctx; t++) slots[t] = bt[(size_t)s * pps + t / P] * P + t % P;
+        CU(cudaMemcpy(dslot, slots.data(), (size_t)ctx * 4, cudaMemcpyHostToDevice));
+        for (int kv = 0; kv < 2; kv++) {
+            fill_gauss<<<1024, 256>>>(x, (size_t)ctx * H * D, 1000 * s + kv, 1.0f);
+            OK(kvq_cuda_store_pages(L, kv, pages[0], x, KVQ_DTYPE_F32, ctx, dslot, dst, NULL));
+        }
+    }
+    for (int c = 1; c < copies; c++) CU(cudaMemcpy(pages[c], pages[0], pool, cudaMemcpyDeviceToDevice));
+    int st;
+    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+    if (st) fprintf(stderr, "store status %d\n", st);
+    std::vector<float *> q(copies);
+    float *out;
+    for (int c = 0; c < copies; c++) {
+        CU(cudaMalloc(&q[c], (size_t)B * HQ * D * 4));
+        fill_gauss<<<64, 256>>>(q[c], (size_t)B * HQ * D, 99 + c, 1.0f);
+    }
+    CU(cudaMalloc(&out, (size_t)B * HQ * D * 4));
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    const float scale = 1.0f / sqrtf((float)D);
+    std::vector<float> t;
+    const int warm = 5;
+    for (int i = 0; i < warm + runs; i++) {
+        const int c = i % copies;
+        kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx};
+        CU(cudaEventRecord(e0));
+        OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
+        CU(cudaEventRecord(e1));
+        CU(cudaEventSynchronize(e1));
+        float ms;
+        CU(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= warm) t.push_back(ms);
+    }
+    CU(cudaGetLastError());
+    std::vector<float> o((size_t)B * HQ * D);
+    CU(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+    int nonfinite = 0;
+    for (float v : o) nonfinite += !isfinite(v);
+    const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
+    printf("%-22s B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s)\n", pol.name, B, ctx,
+           ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, nonfinite ? ", NON-FINITE OUTPUT" : "");
+    fflush(stdout);
+    if (g_json)
+        fprintf(g_json,
+                "{\"bench\":\"attn\",\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"batch\":%d,\"ctx\":%d,\"hq\":%d,\"hkv\":%d,"
+                "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d}\n",
+                pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs);
+    for (int c = 0; c < copies; c++) {
+        CU(cudaFree(pages[c]));
+        CU(cudaFree(q[c]));
+    }
+    CU(cudaFree(dbt));
+    CU(cudaFree(dml));
+    CU(cudaFree(dslot));
+    CU(cudaFree(dst));
+    CU(cudaFree(x));
+    CU(cudaFree(out));
+    CU(cudaEventDestroy(e0));
+    CU(cudaEventDestroy(e1));
+    kvq_cuda_layer_free(L);
+    kvq_cuda_plan_free(ck);
+    kvq_cuda_plan_free(cv);
+    kvq_plan_free(kp);
+    kvq_plan_free(vp);
+}
+
+int main(int argc, char **argv) {
+    bool quick = false;
+    int runs = 50;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) g_json = fopen(argv[++i], "w");
+        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+    }
+    if (kvq_cuda_device_count() <= 0) {
+        fprintf(stderr, "cuda_attn: no CUDA device\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    printf("device: %s, %d SMs, %.0f MB L2, driver API %d, runtime %d\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize / 1e6, drv, rt);
+    if (g_json)
+        fprintf(g_json, "{\"bench\":\"device\",\"name\":\"%s\",\"sms\":%d,\"l2\":%d,\"driver\":%d,\"runtime\":%d}\n",
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize, drv, rt);
+    const double cbw = copy_bandwidth();
+    const char *encs[] = {"tq-mse:4", "tq-mse:2", "q8", "rvq:2", "tq-prod:3", "qjl"};
+    for (const char *e : encs) {
+        bench_encode(e, KVQ_DTYPE_F32);
+        if (!strcmp(e, "tq-mse:4")) bench_encode(e, KVQ_DTYPE_F16);
+        if (quick) break;
+    }
+    const Policy pols[] = {{"f16", "f16", "f16"},
+                           {"q8", "q8", "q8"},
+                           {"tq-mse:4/4", "tq-mse:4", "tq-mse:4"},
+                           {"tq-mse:2/2", "tq-mse:2", "tq-mse:2"},
+                           {"tq-mse:4/2", "tq-mse:4", "tq-mse:2"},
+                           {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
+                           {"rvq:2/2", "rvq:2", "rvq:2"}};
+    const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
+                             {64, 4096}, {64, 32768}, {8, 131072}};
+    for (auto &sh : shapes) {
+        if (quick && sh[0] * (size_t)sh[1] > 16 * 32768) continue;
+        for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
+            if (i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
+            bench_attn(pols[i], sh[0], sh[1], runs, cbw);
+        }
+    }
+    if (g_json) fclose(g_json);
+    return 0;
+}

@@ -1,0 +1,140 @@
+/*
+ * kvq_cuda — the optional CUDA backend of kvq (built when nvcc is found,
+ * library kvq_cuda; docs/CUDA.md).
+ *
+ * It encodes K/V rows on the GPU into the same bytes as the CPU codec and
+ * computes decode attention directly on compressed, paged KV caches:
+ *   - kvq_cuda_plan: a device copy of a CPU plan's tables (rotation signs,
+ *     codebooks, QJL matrix), made from a kvq_plan;
+ *   - kvq_cuda_encode: rows -> records (byte-identical to kvq_encode with the
+ *     plan's scalar reference kernels);
+ *   - kvq_cuda_layer: one attention layer's policy (K plan, V plan, heads,
+ *     page size, f16 window); pages and window rings are device buffers the
+ *     caller owns, block tables say which pages a sequence uses;
+ *   - kvq_cuda_attend: one decode step for a batch of sequences of different
+ *     lengths: fused split-K attention on the codes, exact merge of the
+ *     chunks, one inverse rotation per head.
+ *
+ * Conventions: as kvq.h (int status, KVQ_OK or KVQ_ERR_*; nothing prints or
+ * exits). Every pointer documented as "device" is CUDA device memory.
+ * `stream` is a cudaStream_t (NULL = default stream); calls are asynchronous
+ * on it unless stated. Errors found by kernels (NaN input, a scale out of
+ * f16 range) are written to `dev_status` (a device int, may be NULL): the
+ * first nonzero KVQ_ERR_* code wins; set it to 0 before the call.
+ * Served: head dims that are powers of two from 32 to 512 for encode
+ * (q8: any multiple of 8); attention at head dim 128 with K in f16, q8,
+ * tq-mse:1/2/4, rvq:1/2/4, tq-prod:2/3/5, qjl and V in f16, q8, tq-mse:1/2/4,
+ * rvq:1/2/4 (f16 scales, QJL m = d). Others: KVQ_ERR_UNSUPPORTED.
+ */
+#ifndef KVQ_CUDA_H
+#define KVQ_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvq.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 if a CUDA device is usable, 0 otherwise (no error code: a query). */
+int kvq_cuda_device_count(void);
+
+/* ------------------------------------------------------------------------ */
+/* Plans on the device                                                       */
+/* ------------------------------------------------------------------------ */
+typedef struct kvq_cuda_plan kvq_cuda_plan;
+
+/*
+ * Uploads the tables of a CPU plan (which may be freed afterwards).
+ * KVQ_ERR_UNSUPPORTED for methods the backend does not serve (f32, bf16, q4,
+ * polar, +outliers) or dims it does not serve; KVQ_ERR_NOMEM if a device
+ * allocation fails. Synchronous.
+ */
+int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan);
+void kvq_cuda_plan_free(kvq_cuda_plan *plan);
+/* Record bytes (kvq_plan_code_bytes of the source plan). */
+size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *plan);
+
+/*
+ * Encodes n rows (device, n x dim values of dtype F32 or F16) into n
+ * contiguous records (device, n x code_bytes), the same bytes as the CPU
+ * codec's scalar reference. Kernel errors go to dev_status.
+ */
+int kvq_cuda_encode(const kvq_cuda_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes, int *dev_status,
+                    void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Paged layers and decode attention                                         */
+/* ------------------------------------------------------------------------ */
+/*
+ * Page layout. A page holds P token slots of all H KV heads: K then V, per
+ * head a run of P records stored field-major (field f of slot s at
+ * run + off[f] * P + s * size[f], offsets/sizes of src/codec/layouts.h):
+ *   K run of head h: page + h * P * kb,  V run: page + H * P * kb + h * P * vb
+ * page_bytes = H * P * (kb + vb) (the CPU cache's page size for P slots).
+ * Page p of the pool starts at pool + p * page_bytes.
+ * The f16 window: a ring of W slots per (sequence, K/V, head): position pos
+ * of sequence s lives at ring + (((s * 2 + kv) * H + h) * W + pos % W) * d f16.
+ */
+typedef struct kvq_cuda_layer kvq_cuda_layer;
+
+typedef struct kvq_cuda_layer_config {
+    const kvq_cuda_plan *k; /* K method */
+    const kvq_cuda_plan *v; /* V method (key-only methods refused: KVQ_ERR_NO_DECODE) */
+    int n_kv_heads;         /* H > 0 */
+    int n_q_heads;          /* a positive multiple of H (grouped-query attention) */
+    int page_tokens;        /* P, a positive multiple of 16 */
+    int window;             /* W: f16 window slots per sequence (0 = none) */
+} kvq_cuda_layer_config;
+
+/* The plans must outlive the layer. KVQ_ERR_UNSUPPORTED for a pair the kernels do not serve. */
+int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg);
+void kvq_cuda_layer_free(kvq_cuda_layer *layer);
+/* Bytes of one page (all heads, K and V). */
+size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *layer);
+/* Bytes of the f16 window rings of n_seq sequences. */
+size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *layer, int n_seq);
+
+/*
+ * Encodes ntok tokens of K (kv = 0) or V (kv = 1) into pages: x (device) is
+ * ntok x H x d values of dtype, token i goes to slot dst[i] (device int32:
+ * page * P + slot in page) of every head.
+ */
+int kvq_cuda_store_pages(const kvq_cuda_layer *layer, int kv, void *pages, const void *x, kvq_dtype dtype, size_t ntok,
+                         const int32_t *dst, int *dev_status, void *stream);
+/*
+ * Writes ntok tokens as f16 into the window rings: token i belongs to
+ * sequence seq[i] at position pos[i] (device int32 arrays). Values beyond
+ * the f16 range set KVQ_ERR_RANGE.
+ */
+int kvq_cuda_store_window(const kvq_cuda_layer *layer, int kv, void *window, const void *x, kvq_dtype dtype,
+                          size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream);
+
+/* One decode step of a batch of sequences. */
+typedef struct kvq_cuda_batch {
+    int n_seq;
+    const void *pages;          /* device page pool */
+    const int32_t *block_table; /* device, n_seq x max_pages: page of positions [i*P, (i+1)*P) */
+    int max_pages;
+    const int32_t *main_len;    /* device, n_seq: positions [0, main_len) are in pages */
+    const int32_t *win_len;     /* device, n_seq, or NULL: positions [main_len, main_len + win_len) in the window */
+    const void *window;         /* device window rings, or NULL */
+    int max_main_len;           /* host: >= every main_len (sizes the grid) */
+} kvq_cuda_batch;
+
+/*
+ * out[s][hq][:] = softmax(scale * q . K) V for the query q[s][hq][:] of each
+ * sequence (device, n_seq x n_q_heads x d floats, same for out) over all its
+ * positions, pages then window. A sequence with no position gets zeros.
+ * The layer keeps a device workspace, grown on demand (the growth
+ * synchronises): calls on one layer must not overlap.
+ */
+int kvq_cuda_attend(kvq_cuda_layer *layer, const kvq_cuda_batch *batch, const float *q, float scale, float *out,
+                    void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVQ_CUDA_H */

@@ -1,0 +1,443 @@
+/*
+ * Host side of the attention backend: layers (policy, LUT plan, dispatch),
+ * storing tokens into pages and window rings, and one decode step:
+ *   prep   (query x scale x log2 e, rotated by the K plan, S q~ for QJL keys)
+ *   main   (attn.cuh: split-K over the pages, one partial state per chunk)
+ *   window (the f16 ring, unrotated queries, one more partial state)
+ *   merge  (exact: M = max m_c, l = sum 2^(m_c - M) l_c, acc likewise;
+ *           one inverse rotation of the main accumulator per query head).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.cuh"
+
+#define KVQ_ATTN_DECL_K(KN, KT) KVQ_ATTN_V_FORMATS(KVQ_ATTN_DECL_ONE, KN, KT)
+KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
+#define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
+#define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
+static const kvqa::launch_fn k_table[12][8] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
+
+enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
+enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4 };
+
+using kvqa::D;
+using kvqa::QPB;
+using kvqa::SF;
+
+struct kvq_cuda_layer {
+    const kvq_cuda_plan *k, *v;
+    int H, HQ, G, QG, P, W;
+    int kfmt, vfmt;
+    size_t kb, vb, page_bytes;
+    kvqa::launch_fn fn;
+    int nw, smem, occ, sms;
+    int nlut;
+    kvqa::LutDesc lut[4];
+    int klut[2], vlut[2], lut_bytes;
+    void *ws;
+    size_t ws_bytes;
+};
+
+static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
+
+static int k_format(const kvq_cuda_plan *p) {
+    if (p->d != D || p->sb != 2 || p->rot == 2) return -1;
+    const int w = w_index(p->bits);
+    switch (p->kind) {
+    case KVQ_LAY_F16: return KF_F16;
+    case KVQ_LAY_Q8: return KF_Q8;
+    case KVQ_LAY_TQ: return w < 0 ? -1 : KF_TQ1 + w;
+    case KVQ_LAY_RVQ: return w < 0 ? -1 : KF_RVQ1 + w;
+    case KVQ_LAY_TQPROD: return w < 0 || p->m != D ? -1 : KF_TP1 + w;
+    case KVQ_LAY_QJL: return p->m != D ? -1 : KF_QJL;
+    }
+    return -1;
+}
+static int v_format(const kvq_cuda_plan *p) {
+    if (p->d != D || p->sb != 2 || p->rot == 2) return -1;
+    const int w = w_index(p->bits);
+    switch (p->kind) {
+    case KVQ_LAY_F16: return VF_F16;
+    case KVQ_LAY_Q8: return VF_Q8;
+    case KVQ_LAY_TQ: return w < 0 ? -1 : VF_TQ1 + w;
+    case KVQ_LAY_RVQ: return w < 0 ? -1 : VF_RVQ1 + w;
+    }
+    return -1;
+}
+
+/* Adds (or reuses) a lookup table; returns its offset. */
+static int add_lut(kvq_cuda_layer *L, const float **host_c, int w, const float *dev_c, const float *hc, int n) {
+    for (int i = 0; i < L->nlut; i++)
+        if (L->lut[i].w == w && (w == 0 || !memcmp(host_c[i], hc, (size_t)n * sizeof(float)))) return L->lut[i].off;
+    const int i = L->nlut++;
+    const int bytes = w == 4 ? kvqa::LUT4_BYTES : w == 2 ? 64 : 128;
+    L->lut[i].off = L->lut_bytes;
+    L->lut[i].w = w;
+    L->lut[i].c = dev_c;
+    host_c[i] = hc;
+    L->lut_bytes += (bytes + 15) & ~15;
+    return L->lut[i].off;
+}
+
+extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg) {
+    if (!out || !cfg || !cfg->k || !cfg->v) return KVQ_ERR_NULL;
+    if (cfg->n_kv_heads <= 0 || cfg->n_q_heads <= 0 || cfg->n_q_heads % cfg->n_kv_heads || cfg->page_tokens <= 0 ||
+        cfg->page_tokens % 16 || cfg->window < 0)
+        return KVQ_ERR_INVALID_ARG;
+    if (cfg->v->kind == KVQ_LAY_TQPROD || cfg->v->kind == KVQ_LAY_QJL) return KVQ_ERR_NO_DECODE;
+    if (cfg->k->d != cfg->v->d) return KVQ_ERR_INVALID_ARG;
+    const int kf = k_format(cfg->k), vf = v_format(cfg->v);
+    if (kf < 0 || vf < 0) return cfg->k->d != D ? KVQ_ERR_UNSUPPORTED_DIM : KVQ_ERR_UNSUPPORTED;
+    kvq_cuda_layer *L = (kvq_cuda_layer *)calloc(1, sizeof *L);
+    if (!L) return KVQ_ERR_NOMEM;
+    L->k = cfg->k;
+    L->v = cfg->v;
+    L->H = cfg->n_kv_heads;
+    L->HQ = cfg->n_q_heads;
+    L->G = L->HQ / L->H;
+    L->QG = (L->G + QPB - 1) / QPB;
+    L->P = cfg->page_tokens;
+    L->W = cfg->window;
+    L->kfmt = kf;
+    L->vfmt = vf;
+    L->kb = cfg->k->code_bytes;
+    L->vb = cfg->v->code_bytes;
+    L->page_bytes = (size_t)L->H * L->P * (L->kb + L->vb);
+    L->fn = k_table[kf][vf];
+    const float *hc[4] = {0, 0, 0, 0};
+    const kvq_cuda_plan *k = cfg->k, *v = cfg->v;
+    const int kw = k->bits;
+    if (kf >= KF_TQ1 && kf <= KF_TQ4) L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);
+    if (kf >= KF_RVQ1 && kf <= KF_RVQ4) {
+        L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);
+        L->klut[1] = add_lut(L, hc, kw, k->c2, k->hc2, k->n2);
+    }
+    if (kf >= KF_TP1 && kf <= KF_TP4) {
+        L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);
+        L->klut[1] = add_lut(L, hc, 0, NULL, NULL, 0);
+    }
+    if (kf == KF_QJL) L->klut[0] = add_lut(L, hc, 0, NULL, NULL, 0);
+    if (vf >= VF_TQ1 && vf <= VF_TQ4) L->vlut[0] = add_lut(L, hc, v->bits, v->c1, v->hc1, v->n1);
+    if (vf >= VF_RVQ1 && vf <= VF_RVQ4) {
+        L->vlut[0] = add_lut(L, hc, v->bits, v->c1, v->hc1, v->n1);
+        L->vlut[1] = add_lut(L, hc, v->bits, v->c2, v->hc2, v->n2);
+    }
+    int dev = 0;
+    L->sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount, dev);
+    kvqa::AttnParams q;
+    memset(&q, 0, sizeof q);
+    q.lut_bytes = L->lut_bytes;
+    int rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
+    if (!rc && L->occ < 1) rc = KVQ_ERR_UNSUPPORTED; /* does not fit the device */
+    if (rc) {
+        free(L);
+        return rc;
+    }
+    *out = L;
+    return KVQ_OK;
+}
+
+extern "C" void kvq_cuda_layer_free(kvq_cuda_layer *L) {
+    if (!L) return;
+    cudaFree(L->ws);
+    free(L);
+}
+
+extern "C" size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *L) { return L ? L->page_bytes : 0; }
+extern "C" size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *L, int n_seq) {
+    return L && n_seq > 0 ? (size_t)n_seq * 2 * L->H * L->W * D * 2 : 0;
+}
+
+extern "C" int kvq_cuda_store_pages(const kvq_cuda_layer *L, int kv, void *pages, const void *x, kvq_dtype dtype,
+                                    size_t ntok, const int32_t *dst, int *dev_status, void *stream) {
+    if (!L || (ntok && (!pages || !x || !dst))) return KVQ_ERR_NULL;
+    if (kv != 0 && kv != 1) return KVQ_ERR_INVALID_ARG;
+    kvq_enc_out out;
+    out.base = (uint8_t *)pages;
+    out.paged = 1;
+    out.H = L->H;
+    out.P = L->P;
+    out.page_bytes = L->page_bytes;
+    out.kv_off = kv ? (unsigned long long)L->H * L->P * L->kb : 0;
+    out.dst = dst;
+    return kvq_cuda_encode_launch(kv ? L->v : L->k, x, dtype, ntok * (size_t)L->H, out, dev_status,
+                                  (cudaStream_t)stream);
+}
+
+__global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, long long n, int H, int W, int kv,
+                                    const int32_t *seq, const int32_t *pos, int *st) {
+    const long long row = blockIdx.x * (long long)(blockDim.x / D) + threadIdx.x / D;
+    const int c = threadIdx.x % D;
+    if (row >= n) return;
+    const long long t = row / H;
+    const int h = (int)(row - t * H);
+    float v;
+    int bad = 0;
+    if (f16in) {
+        const uint16_t b = ((const uint16_t *)x)[row * D + c];
+        if ((b & 0x7c00u) == 0x7c00u) bad = KVQ_ERR_NONFINITE;
+        v = kvq_half_bits_to_float(b);
+    } else {
+        v = ((const float *)x)[row * D + c];
+        if (!isfinite(v)) bad = KVQ_ERR_NONFINITE;
+        else if (v > 65504.0f || v < -65504.0f) bad = KVQ_ERR_RANGE;
+    }
+    if (bad) {
+        kvq_dev_error(st, bad);
+        return;
+    }
+    const size_t off = (((size_t)seq[t] * 2 + kv) * H + h) * W + (size_t)(pos[t] % W);
+    __half hv = __float2half_rn(v);
+    memcpy(ring + off * D + c, &hv, 2);
+}
+
+extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *window, const void *x, kvq_dtype dtype,
+                                     size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status,
+                                     void *stream) {
+    if (!L || (ntok && (!window || !x || !seq || !pos))) return KVQ_ERR_NULL;
+    if ((kv != 0 && kv != 1) || L->W <= 0 || (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16))
+        return KVQ_ERR_INVALID_ARG;
+    if (!ntok) return KVQ_OK;
+    const long long rows = (long long)ntok * L->H;
+    const int per = 256 / D;
+    store_window_kernel<<<(unsigned)((rows + per - 1) / per), per * D, 0, (cudaStream_t)stream>>>(
+        (uint16_t *)window, x, dtype == KVQ_DTYPE_F16, rows, L->H, L->W, kv, seq, pos, dev_status);
+    return kvq_cuda_status(cudaGetLastError());
+}
+
+/* ---- decode step -------------------------------------------------------------- */
+struct PrepParams {
+    const float *q;
+    float *qprep, *qraw;
+    int HQ;
+    float scale2; /* scale * log2(e) */
+    int rot, qjl;
+    const float *signs, *S;
+    float rs;
+};
+
+/* In-place Walsh-Hadamard transform of D values in shared memory, one thread per value. */
+__device__ __forceinline__ void fwht_block(float *y, int c) {
+    for (int h = 1; h < D; h <<= 1) {
+        __syncthreads();
+        float a = 0, b = 0;
+        const bool lo = !(c & h);
+        if (lo) a = y[c], b = y[c + h];
+        __syncthreads();
+        if (lo) y[c] = a + b, y[c + h] = a - b;
+    }
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
+    __shared__ float y[D];
+    const int s = blockIdx.y, hq = blockIdx.x, c = threadIdx.x;
+    const size_t row = (size_t)s * pp.HQ + hq;
+    const float x = pp.q[row * D + c] * pp.scale2;
+    pp.qraw[row * D + c] = x;
+    if (pp.rot) {
+        y[c] = x * pp.signs[c] * pp.rs;
+        fwht_block(y, c);
+        y[c] *= pp.signs[D + c] * pp.rs;
+        fwht_block(y, c);
+    } else {
+        y[c] = x;
+        __syncthreads();
+    }
+    pp.qprep[row * 2 * D + c] = y[c];
+    if (pp.qjl) {
+        float acc = 0;
+        const float *Sr = pp.S + (size_t)c * D;
+        for (int j = 0; j < D; j++) acc = fmaf(Sr[j], y[j], acc);
+        pp.qprep[row * 2 * D + D + c] = acc;
+    }
+}
+
+struct MergeParams {
+    const float *part;
+    float *out;
+    const int32_t *main_len, *win_len;
+    int H, HQ, G, QG, nchunk, chunk_tokens;
+    int rot;
+    const float *signs;
+    float rs;
+};
+
+__global__ void __launch_bounds__(256) merge_kernel(MergeParams mp) {
+    extern __shared__ float msm[];
+    const int s = blockIdx.y, hg = blockIdx.x, h = hg / mp.QG, qg = hg - h * mp.QG;
+    const int GQ = min(QPB, mp.G - qg * QPB);
+    const int NC = mp.nchunk + 1;
+    float *wts = msm, *Ls = wts + QPB * NC, *y = Ls + QPB, *yw = y + QPB * D;
+    const int len = mp.main_len[s];
+    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
+    const bool win = mp.win_len && mp.win_len[s] > 0;
+    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SF;
+    if (threadIdx.x < GQ) {
+        const int q = threadIdx.x;
+        float M = -INFINITY;
+        for (int c = 0; c < nused; c++) M = fmaxf(M, base[(size_t)c * SF + q]);
+        if (win) M = fmaxf(M, base[(size_t)mp.nchunk * SF + q]);
+        float L = 0;
+        for (int c = 0; c < NC; c++) {
+            const bool used = c < nused || (c == mp.nchunk && win);
+            const float m = used ? base[(size_t)c * SF + q] : -INFINITY;
+            const float w = (used && m != -INFINITY) ? exp2f(m - M) : 0.f;
+            wts[q * NC + c] = w;
+            if (w != 0.f) L += w * base[(size_t)c * SF + QPB + q];
+        }
+        Ls[q] = L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < QPB * D; i += blockDim.x) {
+        const int q = i / D, c = i - q * D;
+        float acc = 0, accw = 0;
+        if (q < GQ) {
+            for (int ch = 0; ch < nused; ch++) {
+                const float w = wts[q * NC + ch];
+                if (w != 0.f) acc += w * base[(size_t)ch * SF + 2 * QPB + q * D + c];
+            }
+            const float w = wts[q * NC + mp.nchunk];
+            if (w != 0.f) accw = w * base[(size_t)mp.nchunk * SF + 2 * QPB + q * D + c];
+        }
+        y[i] = acc;
+        yw[i] = accw;
+    }
+    if (mp.rot) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d, on every row */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int hh = 1; hh < D; hh <<= 1) {
+                __syncthreads();
+                for (int i = threadIdx.x; i < QPB * D / 2; i += blockDim.x) {
+                    const int q = i / (D / 2), r = i - q * (D / 2);
+                    const int c = (r / hh) * 2 * hh + (r % hh);
+                    const float a = y[q * D + c], b = y[q * D + c + hh];
+                    y[q * D + c] = a + b;
+                    y[q * D + c + hh] = a - b;
+                }
+            }
+            __syncthreads();
+            const float *sg = mp.signs + (pass ? 0 : D);
+            for (int i = threadIdx.x; i < QPB * D; i += blockDim.x) y[i] *= sg[i % D] * mp.rs;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < GQ * D; i += blockDim.x) {
+        const int q = i / D, c = i - q * D;
+        const float L = Ls[q];
+        mp.out[((size_t)s * mp.HQ + h * mp.G + qg * QPB + q) * D + c] = L > 0 ? (y[i] + yw[i]) / L : 0.f;
+    }
+}
+
+extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
+                               void *stream) {
+    if (!L || !b || (b->n_seq > 0 && (!q || !out || !b->main_len))) return KVQ_ERR_NULL;
+    if (b->n_seq < 0 || b->max_main_len < 0 || !isfinite(scale)) return KVQ_ERR_INVALID_ARG;
+    if (b->n_seq == 0) return KVQ_OK;
+    if (b->max_main_len > 0 && (!b->pages || !b->block_table || b->max_pages <= 0)) return KVQ_ERR_NULL;
+    const bool win = b->win_len != NULL && L->W > 0;
+    if (b->win_len && (!b->window || L->W <= 0)) return KVQ_ERR_INVALID_ARG;
+    cudaStream_t st = (cudaStream_t)stream;
+    /* split-K: about 8 waves of blocks, whole warps' worth of tiles per chunk */
+    const int tiles = (b->max_main_len + 15) / 16;
+    const long long items = (long long)b->n_seq * L->H * L->QG;
+    const long long target = 8LL * L->sms * L->occ;
+    long long want = (target + items - 1) / items;
+    if (want < 1) want = 1;
+    int ct = (int)((tiles + want - 1) / want);
+    ct = ((ct + L->nw - 1) / L->nw) * L->nw;
+    if (ct < L->nw) ct = L->nw;
+    const int nchunk = tiles ? (tiles + ct - 1) / ct : 0;
+    /* workspace: prepared queries, scaled queries, partial states */
+    const size_t nq = (size_t)b->n_seq * L->HQ;
+    const size_t f_qprep = nq * 2 * D, f_qraw = nq * D;
+    const size_t f_part = (size_t)b->n_seq * L->H * L->QG * (nchunk + 1) * SF;
+    const size_t need = (f_qprep + f_qraw + f_part) * sizeof(float);
+    if (need > L->ws_bytes) {
+        cudaFree(L->ws);
+        L->ws = NULL;
+        L->ws_bytes = 0;
+        KVQ_CU_TRY(cudaMalloc(&L->ws, need));
+        L->ws_bytes = need;
+    }
+    float *qprep = (float *)L->ws, *qraw = qprep + f_qprep, *part = qraw + f_qraw;
+
+    PrepParams pp;
+    pp.q = q;
+    pp.qprep = qprep;
+    pp.qraw = qraw;
+    pp.HQ = L->HQ;
+    pp.scale2 = scale * 1.4426950408889634f;
+    pp.rot = L->k->rot == 1;
+    pp.qjl = L->k->kind == KVQ_LAY_TQPROD || L->k->kind == KVQ_LAY_QJL;
+    pp.signs = L->k->signs;
+    pp.S = L->k->S;
+    pp.rs = L->k->rot_s;
+    prep_kernel<<<dim3(L->HQ, b->n_seq), D, 0, st>>>(pp);
+    KVQ_CU_TRY(cudaGetLastError());
+
+    kvqa::AttnParams p;
+    memset(&p, 0, sizeof p);
+    p.n_seq = b->n_seq;
+    p.H = L->H;
+    p.HQ = L->HQ;
+    p.G = L->G;
+    p.QG = L->QG;
+    p.P = L->P;
+    p.max_pages = b->max_pages;
+    p.W = L->W;
+    p.page_bytes = L->page_bytes;
+    p.kv_off_v = (unsigned long long)L->H * L->P * L->kb;
+    p.krun = (unsigned long long)L->P * L->kb;
+    p.vrun = (unsigned long long)L->P * L->vb;
+    p.pages = (const uint8_t *)b->pages;
+    p.block_table = b->block_table;
+    p.main_len = b->main_len;
+    p.win_len = win ? b->win_len : NULL;
+    p.window = (const uint8_t *)b->window;
+    p.qprep = qprep;
+    p.qf = 2 * D;
+    p.qraw = qraw;
+    p.part = part;
+    p.nchunk = nchunk;
+    p.chunk_tiles = ct;
+    p.nlut = L->nlut;
+    for (int i = 0; i < L->nlut; i++) p.lut[i] = L->lut[i];
+    p.klut[0] = L->klut[0];
+    p.klut[1] = L->klut[1];
+    p.vlut[0] = L->vlut[0];
+    p.vlut[1] = L->vlut[1];
+    p.kconst = L->k->qjl_k;
+    p.lut_bytes = L->lut_bytes;
+    if (nchunk > 0) {
+        int rc = L->fn(p, 1, st, NULL, NULL, NULL);
+        if (rc) return rc;
+    }
+    if (win) {
+        kvqa::AttnParams pw = p;
+        pw.nlut = 0;
+        pw.lut_bytes = 0;
+        int rc = kvq_attn_launch_window(pw, st);
+        if (rc) return rc;
+    }
+    MergeParams mp;
+    mp.part = part;
+    mp.out = out;
+    mp.main_len = b->main_len;
+    mp.win_len = win ? b->win_len : NULL;
+    mp.H = L->H;
+    mp.HQ = L->HQ;
+    mp.G = L->G;
+    mp.QG = L->QG;
+    mp.nchunk = nchunk;
+    mp.chunk_tokens = 16 * ct;
+    mp.rot = L->v->rot == 1;
+    mp.signs = L->v->signs;
+    mp.rs = L->v->rot_s;
+    const size_t msm = (size_t)(QPB * (nchunk + 1) + QPB + 2 * QPB * D) * sizeof(float);
+    if (msm > 48 * 1024) KVQ_CU_TRY(cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
+    merge_kernel<<<dim3(L->H * L->QG, b->n_seq), 256, msm, st>>>(mp);
+    return kvq_cuda_status(cudaGetLastError());
+}

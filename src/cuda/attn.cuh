@@ -1,0 +1,760 @@
+/*
+ * Fused split-K decode attention on compressed, paged KV (docs/CUDA.md).
+ *
+ * Work item = (sequence, KV head, group of <= 8 query heads, chunk of the
+ * context); one block of NW warps per item. Each warp walks tiles of 16
+ * tokens of its item (warp w takes tiles w, w + NW, ...), staged into shared
+ * memory by cp.async (STAGES deep, private to the warp), and for each tile:
+ *   scores  S^T (8 query rows x 16 tokens) = Q~ (f16, registers) x K^T, one
+ *           m16n8k16 tensor-core MMA per 16 coordinates and 8 tokens; K
+ *           codes are turned into f16 by table lookups (4-bit: a byte ->
+ *           two centroids table replicated per lane, conflict-free; 2- and
+ *           1-bit: a nibble table), record scales applied after the MMA;
+ *   softmax online (running max / sum per query, base 2: log2(e) is folded
+ *           into the query), masked tokens -inf;
+ *   values  O^T (16 coordinates x 8 queries) += V^T x P^T: the probabilities
+ *           stay in registers (the score accumulator layout is the B operand
+ *           layout), V's record scale is folded into P.
+ * The rotated query and O stay in the method's rotated domain; the merge
+ * kernel (attn.cu) combines the chunks exactly and applies one inverse
+ * rotation per head. Coordinates are permuted freely between the lanes
+ * (kcoord/vcoord give the map), so every lane reads its codes with one
+ * vector load and one lookup per byte or nibble.
+ * Shared-memory tiles are XOR-swizzled per field row size so that both the
+ * K-side (token x quarter) and V-side (coordinate group x token pair) reads
+ * are free of bank conflicts.
+ */
+#ifndef KVQ_ATTN_CUH
+#define KVQ_ATTN_CUH
+
+#include "cuda_internal.cuh"
+
+namespace kvqa {
+
+constexpr int D = 128;                  /* head dim of the attention kernels */
+constexpr int QPB = 8;                  /* query heads per block */
+constexpr int SF = 2 * QPB + QPB * D;   /* floats of a partial state: m[8], l[8], acc[8][D] */
+constexpr int LUT4_BYTES = 256 * 32 * 4;
+
+struct LutDesc {
+    int off; /* byte offset in the LUT region */
+    int w;   /* 4, 2, 1; 0 = signs {-1, +1} */
+    const float *c;
+};
+
+struct AttnParams {
+    int n_seq, H, HQ, G, QG;
+    int P, max_pages, W;
+    unsigned long long page_bytes, kv_off_v, krun, vrun;
+    const uint8_t *pages;
+    const int32_t *block_table, *main_len, *win_len;
+    const uint8_t *window;
+    const float *qprep; /* [n_seq][HQ][qf]: rotated query, then S q~ */
+    int qf;
+    const float *qraw;  /* [n_seq][HQ][D]: scaled query (window) */
+    float *part;        /* partial states, (nchunk + 1) per (seq, head, group) */
+    int nchunk, chunk_tiles;
+    int nlut;
+    LutDesc lut[4];
+    int klut[2], vlut[2]; /* LUT offsets of the K / V stages */
+    float kconst;         /* QJL sqrt(pi/2)/m */
+    int lut_bytes;        /* stage buffers start here */
+};
+
+/* ---- tile addressing ---------------------------------------------------- */
+template <int R> __host__ __device__ __forceinline__ int swz(int t) {
+    return R == 32 ? ((t >> 2) & 1) << 1 : R == 64 ? (t & 6) : R == 128 ? (t & 7) : R == 256 ? ((t & 6) ^ ((t & 1) << 2)) : 0;
+}
+/* Byte offset of byte b (a read never crosses 16 bytes) of token t in a field region of R bytes per token. */
+template <int R> __host__ __device__ __forceinline__ int faddr(int t, int b) {
+    if (R < 16) return t * R + b;
+    const int k = t * (R / 16) + (b >> 4);
+    return ((k ^ swz<R>(t)) << 4) | (b & 15);
+}
+
+#define KVQ_HD __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define KVQ_UNROLL _Pragma("unroll")
+#else
+#define KVQ_UNROLL
+#endif
+
+KVQ_HD uint32_t ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+KVQ_HD uint2 ld64(const uint8_t *p) { return *(const uint2 *)p; }
+KVQ_HD uint4 ld128(const uint8_t *p) { return *(const uint4 *)p; }
+KVQ_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(a, b, sel);
+#else
+    const uint64_t x = ((uint64_t)b << 32) | a;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+#endif
+}
+KVQ_HD uint32_t h2bits(__half2 h) {
+    const __half2_raw r = h;
+    return (uint32_t)r.x | ((uint32_t)r.y << 16);
+}
+KVQ_HD __half2 bits2h(uint32_t u) {
+    __half2_raw r;
+    r.x = (unsigned short)(u & 0xffffu);
+    r.y = (unsigned short)(u >> 16);
+    return __half2(r);
+}
+KVQ_HD uint32_t pack2(float lo, float hi) { return h2bits(__floats2half2_rn(lo, hi)); }
+KVQ_HD float hlo(uint32_t u) { return __low2float(bits2h(u)); }
+KVQ_HD float hhi(uint32_t u) { return __high2float(bits2h(u)); }
+
+/* ---- lookups ------------------------------------------------------------------ */
+/* byte -> (c[lo nibble], c[hi nibble]) in f16x2; the table is replicated per lane */
+KVQ_HD uint32_t lut4(const uint8_t *L, uint32_t byte, int lane4) { return ld32(L + (byte << 7) + lane4); }
+/* nibble -> (c[n & 3], c[n >> 2]) */
+KVQ_HD uint32_t lut2(const uint8_t *L, uint32_t nib) { return ld32(L + (nib << 2)); }
+/* nibble -> (c[b0], c[b1]), (c[b2], c[b3]) */
+KVQ_HD uint2 lut1(const uint8_t *L, uint32_t nib) { return ld64(L + (nib << 3)); }
+
+/* ---- K-side decoders: token r, quarter qq -> D/8 f16x2 registers ------------ */
+/* 4-bit strided (16 bytes of the D/2): byte j -> (coord j, j + 64) */
+KVQ_HD void kdec4(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[16]) {
+    const uint4 v = ld128(f + faddr<D / 2>(r, qq * 16));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+KVQ_UNROLL
+    for (int i = 0; i < 4; i++)
+KVQ_UNROLL
+        for (int b = 0; b < 4; b++) kb[4 * i + b] = lut4(L, (w[i] >> (8 * b)) & 0xffu, lane4);
+}
+KVQ_HD int kcoord4(int qq, int reg, int h) { return 16 * qq + reg + 64 * h; }
+
+/* 2-bit strided (8 bytes of the D/4): low nibble of byte j -> (j, j+32), high -> (j+64, j+96) */
+KVQ_HD void kdec2(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[16]) {
+    const uint2 v = ld64(f + faddr<D / 4>(r, qq * 8));
+    const uint32_t w[2] = {v.x, v.y};
+KVQ_UNROLL
+    for (int i = 0; i < 2; i++)
+KVQ_UNROLL
+        for (int b = 0; b < 4; b++) {
+            const uint32_t byte = (w[i] >> (8 * b)) & 0xffu;
+            kb[2 * (4 * i + b)] = lut2(L, byte & 15u);
+            kb[2 * (4 * i + b) + 1] = lut2(L, byte >> 4);
+        }
+}
+KVQ_HD int kcoord2(int qq, int reg, int h) { return 8 * qq + reg / 2 + 32 * (2 * (reg % 2) + h); }
+
+/* 1-bit (4 bytes of the D/8): nibble -> 4 coordinates (strided: j + 16k; signs: 8j + k) */
+KVQ_HD void kdec1(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[16]) {
+    const uint32_t w = ld32(f + faddr<D / 8>(r, qq * 4));
+KVQ_UNROLL
+    for (int b = 0; b < 4; b++)
+KVQ_UNROLL
+        for (int n = 0; n < 2; n++) {
+            const uint2 e = lut1(L, (w >> (8 * b + 4 * n)) & 15u);
+            kb[4 * b + 2 * n] = e.x;
+            kb[4 * b + 2 * n + 1] = e.y;
+        }
+}
+KVQ_HD int kbit1(int reg, int h) { return 4 * ((reg / 2) % 2) + 2 * (reg % 2) + h; }
+KVQ_HD int kcoord1(int qq, int reg, int h) { return (4 * qq + reg / 4) + (D / 8) * kbit1(reg, h); }
+KVQ_HD int kcoord_sign(int qq, int reg, int h) { return 8 * (4 * qq + reg / 4) + kbit1(reg, h); }
+
+/* f16 values (chunks qq + 4i of the 2D bytes) */
+KVQ_HD void kdec_f16(const uint8_t *f, int r, int qq, uint32_t kb[16]) {
+KVQ_UNROLL
+    for (int i = 0; i < 4; i++) {
+        const uint4 v = ld128(f + faddr<2 * D>(r, (qq + 4 * i) * 16));
+        kb[4 * i] = v.x, kb[4 * i + 1] = v.y, kb[4 * i + 2] = v.z, kb[4 * i + 3] = v.w;
+    }
+}
+KVQ_HD int kcoord_f16(int qq, int reg, int h) { return 8 * (qq + 4 * (reg / 4)) + 2 * (reg % 4) + h; }
+
+/* int8 pair (bytes 2*pair, 2*pair+1 of w) -> exact f16x2 */
+KVQ_HD __half2 i8pair(uint32_t w, int pair) {
+    const uint32_t t = w ^ 0x80808080u;
+    const uint32_t h = prmt(t, 0x64646464u, pair ? 0x4342u : 0x4140u);
+    return __hsub2(bits2h(h), bits2h(0x64806480u));
+}
+/* q8: quarter qq = block qq (D = 128: 4 blocks of 32), scale folded in */
+KVQ_HD void kdec_q8(const uint8_t *fs, const uint8_t *fv, int r, int qq, uint32_t kb[16]) {
+    const uint16_t sbits = *(const uint16_t *)(fs + faddr<2 * (D / 32)>(r, 2 * qq));
+    const __half2 s2 = bits2h((uint32_t)sbits * 0x10001u);
+    const uint4 v0 = ld128(fv + faddr<D>(r, qq * 32)), v1 = ld128(fv + faddr<D>(r, qq * 32 + 16));
+    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+KVQ_UNROLL
+    for (int i = 0; i < 8; i++)
+KVQ_UNROLL
+        for (int p = 0; p < 2; p++) kb[2 * i + p] = h2bits(__hmul2(i8pair(w[i], p), s2));
+}
+KVQ_HD int kcoord_q8(int qq, int reg, int h) { return 32 * qq + 2 * reg + h; }
+
+/* S^T n-tile (8 tokens) from one decoded stage: acc += Q~ x K^T over D coordinates */
+__device__ __forceinline__ void kmma(float acc[4], const uint32_t qa[D / 16][2], const uint32_t kb[16]) {
+KVQ_UNROLL
+    for (int ks = 0; ks < D / 16; ks++) {
+        const uint32_t a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
+        kvq_mma16816(acc, a, kb[2 * ks], kb[2 * ks + 1]);
+    }
+}
+
+/* Scales of tokens t, t+1 (t even) of a 2-byte scale field (R = 2). */
+KVQ_HD float2 scale_pair(const uint8_t *f, int t) {
+    const uint32_t u = ld32(f + 2 * t);
+    return make_float2(hlo(u), hhi(u));
+}
+
+template <int W> KVQ_HD void kdec_w(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[16]) {
+    if (W == 4) kdec4(f, L, r, qq, lane4, kb);
+    else if (W == 2) kdec2(f, L, r, qq, kb);
+    else kdec1(f, L, r, qq, kb);
+}
+template <int W> KVQ_HD int kcoord_w(int qq, int reg, int h) {
+    return W == 4 ? kcoord4(qq, reg, h) : W == 2 ? kcoord2(qq, reg, h) : kcoord1(qq, reg, h);
+}
+
+/* ---- K formats ---------------------------------------------------------------- */
+/* Each: record fields (NF, SIZE, OFF, BYTES); NSTAGE stages, each a decoded
+ * set of D values scored on query set qset(stage) (offset qoff(set) in the
+ * prepared query; coordinate map kcoord(set, ...)) and multiplied by
+ * kscale(stage) per token after the MMA. */
+struct KF16 {
+    static constexpr int NF = 1, BYTES = 2 * D, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[1] = {2 * D}, OFF[1] = {0};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_f16(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *, const AttnParams &, int r, int qq, int,
+                              uint32_t kb[16]) {
+        kdec_f16(t, r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
+};
+struct KQ8 {
+    static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2 * (D / 32), D}, OFF[2] = {0, 2 * (D / 32)};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_q8(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *, const AttnParams &, int r, int qq, int,
+                              uint32_t kb[16]) {
+        kdec_q8(t, t + 16 * (2 * (D / 32)), r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
+};
+/* tq-mse:W */
+template <int W> struct KTQ {
+    static constexpr int NF = 2, BYTES = 2 + D * W / 8, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, D * W / 8}, OFF[2] = {0, 2};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_w<W>(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &p, int r, int qq, int lane4,
+                              uint32_t kb[16]) {
+        kdec_w<W>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &) { return scale_pair(t, t0); }
+};
+/* rvq:W: two tq stages on the same rotated query */
+template <int W> struct KRVQ {
+    static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NQS = 1, NSTAGE = 2;
+    static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_w<W>(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int st, const uint8_t *lut, const AttnParams &p, int r, int qq,
+                              int lane4, uint32_t kb[16]) {
+        kdec_w<W>(t + 16 * (4 + st * (D * W / 8)), lut + p.klut[st], r, qq, lane4, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int st, int t0, const AttnParams &) {
+        return scale_pair(t + 16 * 2 * st, t0);
+    }
+};
+/* tq-prod: tq-mse:W stage on q~ + QJL signs of the residual on S q~ */
+template <int W> struct KTP {
+    static constexpr int NF = 4, BYTES = 4 + D * W / 8 + D / 8, NQS = 2, NSTAGE = 2;
+    static constexpr int SIZE[4] = {2, D * W / 8, 2, D / 8}, OFF[4] = {0, 2, 2 + D * W / 8, 4 + D * W / 8};
+    KVQ_HD static constexpr int qoff(int set) { return set ? D : 0; }
+    KVQ_HD static constexpr int qset(int st) { return st; }
+    KVQ_HD static int kcoord(int set, int qq, int reg, int h) {
+        return set ? kcoord_sign(qq, reg, h) : kcoord_w<W>(qq, reg, h);
+    }
+    KVQ_HD static void decode(const uint8_t *t, int st, const uint8_t *lut, const AttnParams &p, int r, int qq,
+                              int lane4, uint32_t kb[16]) {
+        if (st == 0) kdec_w<W>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
+        else kdec1(t + 16 * (4 + D * W / 8), lut + p.klut[1], r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int st, int t0, const AttnParams &p) {
+        if (st == 0) return scale_pair(t, t0);
+        const float2 rn = scale_pair(t + 16 * (2 + D * W / 8), t0);
+        return make_float2(p.kconst * rn.x, p.kconst * rn.y);
+    }
+};
+/* qjl: signs of S k on S q */
+struct KQJL {
+    static constexpr int NF = 2, BYTES = 2 + D / 8, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, D / 8}, OFF[2] = {0, 2};
+    KVQ_HD static constexpr int qoff(int) { return D; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_sign(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &p, int r, int qq, int,
+                              uint32_t kb[16]) {
+        kdec1(t + 16 * 2, lut + p.klut[0], r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &p) {
+        const float2 n = scale_pair(t, t0);
+        return make_float2(p.kconst * n.x, p.kconst * n.y);
+    }
+};
+
+/* ---- V side: lane (g, qq) decodes coordinates of group g for tokens
+ * 2qq, 2qq+1, 2qq+8, 2qq+9 (k = 0..3); m-tile mt rows g, g+8 <-> vcoord(g, mt, 0/1).
+ * A fragment: a[0] = (row g; tokens k0, k1), a[1] = (row g+8; k0, k1),
+ *             a[2] = (row g; k2, k3),        a[3] = (row g+8; k2, k3). */
+KVQ_HD void vpack(uint32_t a[4], uint32_t u0, uint32_t u1, uint32_t u2, uint32_t u3) {
+    a[0] = prmt(u0, u1, 0x5410u);
+    a[1] = prmt(u0, u1, 0x7632u);
+    a[2] = prmt(u2, u3, 0x5410u);
+    a[3] = prmt(u2, u3, 0x7632u);
+}
+KVQ_HD int vtok(int qq, int k) { return 2 * qq + (k & 1) + 8 * (k >> 1); }
+
+/* One LUT stage of W bits: the lane's code bytes of its 4 tokens. */
+template <int W> struct VStage {
+    uint32_t x[4][W == 4 ? 2 : 1];
+    KVQ_HD void load(const uint8_t *f, int g, int qq) {
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int t = vtok(qq, k);
+            if (W == 4) {
+                const uint2 v = ld64(f + faddr<D / 2>(t, 8 * g));
+                x[k][0] = v.x;
+                x[k][W == 4 ? 1 : 0] = v.y;
+            } else if (W == 2) {
+                x[k][0] = ld32(f + faddr<D / 4>(t, 4 * g));
+            } else {
+                x[k][0] = *(const uint16_t *)(f + faddr<D / 8>(t, 2 * g));
+            }
+        }
+    }
+    KVQ_HD void decode(const uint8_t *L, int lane4, int mt, uint32_t a[4]) const {
+        uint32_t u[4];
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            if (W == 4) {
+                u[k] = lut4(L, (x[k][mt >> 2] >> (8 * (mt & 3))) & 0xffu, lane4);
+            } else if (W == 2) {
+                u[k] = lut2(L, (x[k][0] >> (4 * mt)) & 15u);
+            } else {
+                const uint2 e = lut1(L, (x[k][0] >> (4 * (mt >> 1))) & 15u);
+                u[k] = (mt & 1) ? e.y : e.x;
+            }
+        }
+        vpack(a, u[0], u[1], u[2], u[3]);
+    }
+};
+template <int W> KVQ_HD int vcoord_w(int g, int mt, int rh) {
+    return W == 4 ? 8 * g + mt + 64 * rh
+         : W == 2 ? 4 * g + mt / 2 + 32 * (2 * (mt % 2) + rh)
+                  : (2 * g + mt / 4) + (D / 8) * (4 * ((mt / 2) % 2) + 2 * (mt % 2) + rh);
+}
+
+/* P^T fragment: probabilities of (query g; tokens 2qq, 2qq+1 | 8+2qq, 9+2qq) times per-token scales. */
+KVQ_HD void pfrag(const float p[2][2], const float2 s0, const float2 s1, const bool val[2][2], uint32_t &b0,
+                  uint32_t &b1) {
+    const float a0 = val[0][0] ? p[0][0] * s0.x : 0.f, a1 = val[0][1] ? p[0][1] * s0.y : 0.f;
+    const float c0 = val[1][0] ? p[1][0] * s1.x : 0.f, c1 = val[1][1] ? p[1][1] * s1.y : 0.f;
+    b0 = pack2(a0, a1);
+    b1 = pack2(c0, c1);
+}
+
+/* V formats: NSTAGE stages; load() reads the lane's codes once per tile,
+ * decode() gives the A fragment of m-tile mt of a stage, vscale() the
+ * per-token scale folded into P for that stage. */
+struct VF16 {
+    static constexpr int NF = 1, BYTES = 2 * D, NSTAGE = 1;
+    static constexpr int SIZE[1] = {2 * D}, OFF[1] = {0};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return (mt < 4 ? 8 * g + 2 * mt : 64 + 8 * g + 2 * (mt - 4)) + rh; }
+    struct Regs {
+        uint4 x[4][2];
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) {
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int tk = vtok(qq, k);
+            r.x[k][0] = ld128(t + faddr<2 * D>(tk, 16 * g));
+            r.x[k][1] = ld128(t + faddr<2 * D>(tk, 16 * (g + 8)));
+        }
+    }
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *, const AttnParams &, int, int mt, uint32_t a[4]) {
+        uint32_t u[4];
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const uint4 &v = r.x[k][mt >> 2];
+            const int wi = mt & 3;
+            u[k] = wi == 0 ? v.x : wi == 1 ? v.y : wi == 2 ? v.z : v.w;
+        }
+        vpack(a, u[0], u[1], u[2], u[3]);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
+};
+struct VQ8 {
+    static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2 * (D / 32), D}, OFF[2] = {0, 2 * (D / 32)};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return 16 * g + 2 * mt + rh; }
+    struct Regs {
+        uint4 x[4];
+        __half2 s[4];
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool val[2][2], Regs &r) {
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int tk = vtok(qq, k);
+            r.x[k] = ld128(t + 16 * (2 * (D / 32)) + faddr<D>(tk, 16 * g));
+            const uint16_t sb = *(const uint16_t *)(t + faddr<2 * (D / 32)>(tk, 2 * (g >> 1)));
+            r.s[k] = bits2h(val[k >> 1][k & 1] ? (uint32_t)sb * 0x10001u : 0u);
+        }
+    }
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *, const AttnParams &, int, int mt, uint32_t a[4]) {
+        uint32_t u[4];
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int wi = mt >> 1;
+            const uint32_t w = wi == 0 ? r.x[k].x : wi == 1 ? r.x[k].y : wi == 2 ? r.x[k].z : r.x[k].w;
+            u[k] = h2bits(__hmul2(i8pair(w, mt & 1), r.s[k]));
+        }
+        vpack(a, u[0], u[1], u[2], u[3]);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
+};
+template <int W> struct VTQ {
+    static constexpr int NF = 2, BYTES = 2 + D * W / 8, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, D * W / 8}, OFF[2] = {0, 2};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W>(g, mt, rh); }
+    struct Regs {
+        VStage<W> st;
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) { r.st.load(t + 16 * 2, g, qq); }
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &p, int lane4, int mt,
+                              uint32_t a[4]) {
+        r.st.decode(lut + p.vlut[0], lane4, mt, a);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *t, int, int t0) { return scale_pair(t, t0); }
+};
+template <int W> struct VRVQ {
+    static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;
+    static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W>(g, mt, rh); }
+    struct Regs {
+        VStage<W> st[2];
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) {
+        r.st[0].load(t + 16 * 4, g, qq);
+        r.st[1].load(t + 16 * (4 + D * W / 8), g, qq);
+    }
+    KVQ_HD static void decode(const Regs &r, int stg, const uint8_t *lut, const AttnParams &p, int lane4, int mt,
+                              uint32_t a[4]) {
+        if (stg == 0) r.st[0].decode(lut + p.vlut[0], lane4, mt, a);
+        else r.st[1].decode(lut + p.vlut[1], lane4, mt, a);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *t, int stg, int t0) { return scale_pair(t + 16 * 2 * stg, t0); }
+};
+
+/* ---- LUT construction ------------------------------------------------------ */
+__device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
+    for (int i = 0; i < p.nlut; i++) {
+        const LutDesc &L = p.lut[i];
+        uint32_t *dst = (uint32_t *)(lut + L.off);
+        if (L.w == 4) {
+            for (int e = threadIdx.x; e < 256 * 32; e += blockDim.x) {
+                const int byte = e >> 5;
+                dst[e] = pack2(L.c[byte & 15], L.c[byte >> 4]);
+            }
+        } else if (L.w == 2) {
+            for (int n = threadIdx.x; n < 16; n += blockDim.x) dst[n] = pack2(L.c[n & 3], L.c[n >> 2]);
+        } else {
+            for (int n = threadIdx.x; n < 16; n += blockDim.x) {
+                float c[4];
+                for (int b = 0; b < 4; b++) {
+                    const int bit = (n >> b) & 1;
+                    c[b] = L.w == 0 ? (bit ? 1.f : -1.f) : L.c[bit];
+                }
+                dst[2 * n] = pack2(c[0], c[1]);
+                dst[2 * n + 1] = pack2(c[2], c[3]);
+            }
+        }
+    }
+}
+
+/* ---- tile loading ---------------------------------------------------------------- */
+template <int R> __device__ __forceinline__ void load_field(uint8_t *dst, const uint8_t *src, int nvalid, int lane) {
+    /* 16 tokens x R bytes, contiguous in global; chunk c holds token c/(R/16) (R >= 16) or 16/R tokens */
+#pragma unroll 1
+    for (int c = lane; c < R; c += 32) {
+        const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
+        const int pc = R >= 16 ? (c ^ swz<R>(tok)) : c;
+        kvq_cp_async16(dst + 16 * pc, src + 16 * c, tok < nvalid ? 16 : 0);
+    }
+}
+template <class F, int I = 0>
+__device__ __forceinline__ void load_record_fields(uint8_t *dst, const uint8_t *run, int P, int slot0, int nvalid, int lane) {
+    if constexpr (I < F::NF) {
+        load_field<F::SIZE[I]>(dst + 16 * F::OFF[I], run + (size_t)F::OFF[I] * P + (size_t)slot0 * F::SIZE[I], nvalid,
+                               lane);
+        load_record_fields<F, I + 1>(dst, run, P, slot0, nvalid, lane);
+    }
+}
+
+/* f16 rows of the window ring: token t of the tile at ring slot (pos0 + t) % W */
+__device__ __forceinline__ void load_window(uint8_t *dst, const uint8_t *ring, int W, int pos0, int nvalid, int lane) {
+#pragma unroll 1
+    for (int c = lane; c < 16 * 16; c += 32) {
+        const int tok = c >> 4, cc = c & 15;
+        const uint8_t *src = ring;
+        if (tok < nvalid) src = ring + (size_t)((pos0 + tok) % W) * (2 * D) + 16 * cc;
+        kvq_cp_async16(dst + 16 * (c ^ swz<2 * D>(tok)), src, tok < nvalid ? 16 : 0);
+    }
+}
+
+/* ---- the kernel ------------------------------------------------------------------------ */
+template <class KF, class VF, int NW, int STAGES, bool WIN>
+__global__ void __launch_bounds__(NW * 32) attn_kernel(const AttnParams p) {
+    extern __shared__ uint4 smem_u4[];
+    uint8_t *smem = (uint8_t *)smem_u4;
+    constexpr int TILE = 16 * (KF::BYTES + VF::BYTES);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3, lane4 = lane * 4;
+    const int s = blockIdx.z, hg = blockIdx.y, h = hg / p.QG, qgrp = hg - h * p.QG, chunk = blockIdx.x;
+    const int GQ = min(QPB, p.G - qgrp * QPB);
+
+    int t_begin, t_end, pos_base = 0, end_pos;
+    if (WIN) {
+        const int wl = p.win_len ? p.win_len[s] : 0;
+        pos_base = p.main_len[s];
+        t_begin = 0;
+        t_end = (wl + 15) >> 4;
+        end_pos = wl; /* positions relative to pos_base */
+    } else {
+        const int len = p.main_len[s];
+        t_begin = chunk * p.chunk_tiles;
+        t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
+        end_pos = len;
+    }
+    if (t_begin >= t_end) return; /* the merge kernel knows which chunks exist */
+
+    uint8_t *lut = smem;
+    build_luts(lut, p);
+
+    /* query fragments: row g of the group, this lane's coordinates */
+    uint32_t qa[KF::NQS][D / 16][2];
+    {
+        const int qi = h * p.G + qgrp * QPB + g;
+        const bool has = g < GQ;
+#pragma unroll
+        for (int set = 0; set < KF::NQS; set++) {
+            const float *q = WIN ? p.qraw + ((size_t)s * p.HQ + qi) * D
+                                 : p.qprep + ((size_t)s * p.HQ + qi) * p.qf + KF::qoff(set);
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int reg = 2 * ks + j;
+                    const float lo = has ? q[KF::kcoord(set, qq, reg, 0)] : 0.f;
+                    const float hi = has ? q[KF::kcoord(set, qq, reg, 1)] : 0.f;
+                    qa[set][ks][j] = pack2(lo, hi);
+                }
+        }
+    }
+    __syncthreads(); /* LUTs ready */
+
+    uint8_t *stage = smem + p.lut_bytes + warp * STAGES * TILE;
+    const int my_n = t_end - t_begin > warp ? (t_end - t_begin - warp + NW - 1) / NW : 0;
+
+    const uint8_t *krun = nullptr, *vrun = nullptr, *ring_k = nullptr, *ring_v = nullptr;
+    if (WIN) {
+        ring_k = p.window + ((size_t)(s * 2 + 0) * p.H + h) * p.W * (2 * D);
+        ring_v = p.window + ((size_t)(s * 2 + 1) * p.H + h) * p.W * (2 * D);
+    }
+    auto issue = [&](int i) {
+        if (i < my_n) {
+            uint8_t *dst = stage + (i % STAGES) * TILE;
+            const int tile = t_begin + warp + i * NW;
+            const int pos0 = tile * 16, nvalid = min(16, end_pos - pos0);
+            if (WIN) {
+                load_window(dst, ring_k, p.W, pos_base + pos0, nvalid, lane);
+                load_window(dst + 16 * KF::BYTES, ring_v, p.W, pos_base + pos0, nvalid, lane);
+            } else {
+                const int page = p.block_table[(size_t)s * p.max_pages + pos0 / p.P];
+                const int slot0 = pos0 - (pos0 / p.P) * p.P;
+                const uint8_t *pg = p.pages + (size_t)page * p.page_bytes;
+                krun = pg + (size_t)h * p.krun;
+                vrun = pg + p.kv_off_v + (size_t)h * p.vrun;
+                load_record_fields<KF>(dst, krun, p.P, slot0, nvalid, lane);
+                load_record_fields<VF>(dst + 16 * KF::BYTES, vrun, p.P, slot0, nvalid, lane);
+            }
+        }
+        kvq_cp_async_commit();
+    };
+
+    float O[D / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++) O[mt][0] = O[mt][1] = O[mt][2] = O[mt][3] = 0.f;
+    float m_run = -INFINITY, l_run = 0.f;
+
+#pragma unroll 1
+    for (int i = 0; i < STAGES - 1; i++) issue(i);
+#pragma unroll 1
+    for (int i = 0; i < my_n; i++) {
+        kvq_cp_async_wait<STAGES - 2>();
+        __syncwarp();
+        const uint8_t *tk = stage + (i % STAGES) * TILE, *tv = tk + 16 * KF::BYTES;
+        const int tile = t_begin + warp + i * NW;
+        const int nvalid = min(16, end_pos - tile * 16);
+        float sc[2][2];
+        bool val[2][2];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            float2 v = make_float2(0.f, 0.f);
+#pragma unroll
+            for (int stg = 0; stg < KF::NSTAGE; stg++) {
+                uint32_t kb[16];
+                KF::decode(tk, stg, lut, p, nt * 8 + g, qq, lane4, kb);
+                float a[4] = {0.f, 0.f, 0.f, 0.f};
+                kmma(a, qa[KF::qset(stg)], kb);
+                const float2 gs = KF::kscale(tk, stg, nt * 8 + 2 * qq, p);
+                v.x += gs.x * a[0];
+                v.y += gs.y * a[1];
+            }
+            val[nt][0] = nt * 8 + 2 * qq < nvalid;
+            val[nt][1] = nt * 8 + 2 * qq + 1 < nvalid;
+            sc[nt][0] = (val[nt][0] && g < GQ) ? v.x : -INFINITY;
+            sc[nt][1] = (val[nt][1] && g < GQ) ? v.y : -INFINITY;
+        }
+        float mx = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
+        mx = fmaxf(mx, __shfl_xor_sync(KVQ_FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(KVQ_FULL_MASK, mx, 2));
+        const float m_new = fmaxf(m_run, mx);
+        const bool none = m_new == -INFINITY;
+        const float alpha = none ? 1.f : exp2f(m_run - m_new);
+        float pr[2][2];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) pr[nt][e] = none ? 0.f : exp2f(sc[nt][e] - m_new);
+        l_run = l_run * alpha + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
+        m_run = m_new;
+        const float al0 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq), al1 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq + 4);
+#pragma unroll
+        for (int mt = 0; mt < D / 16; mt++) {
+            O[mt][0] *= al0;
+            O[mt][1] *= al1;
+            O[mt][2] *= al0;
+            O[mt][3] *= al1;
+        }
+        {
+            typename VF::Regs vr;
+            VF::load(tv, g, qq, val, vr);
+#pragma unroll
+            for (int stg = 0; stg < VF::NSTAGE; stg++) {
+                uint32_t b0, b1;
+                pfrag(pr, VF::vscale(tv, stg, 2 * qq), VF::vscale(tv, stg, 2 * qq + 8), val, b0, b1);
+#pragma unroll
+                for (int mt = 0; mt < D / 16; mt++) {
+                    uint32_t a[4];
+                    VF::decode(vr, stg, lut, p, lane4, mt, a);
+                    kvq_mma16816(O[mt], a, b0, b1);
+                }
+            }
+        }
+        __syncwarp();
+        issue(i + STAGES - 1);
+    }
+    kvq_cp_async_wait<0>();
+    l_run += __shfl_xor_sync(KVQ_FULL_MASK, l_run, 1);
+    l_run += __shfl_xor_sync(KVQ_FULL_MASK, l_run, 2);
+    __syncthreads(); /* every warp is done with its stages: reuse them for the block merge */
+
+    float *wm = (float *)(smem + p.lut_bytes), *wl = wm + NW * QPB, *wo = wl + NW * QPB;
+    if (qq == 0) {
+        wm[warp * QPB + g] = m_run;
+        wl[warp * QPB + g] = l_run;
+    }
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wo[(warp * QPB + 2 * qq + (e & 1)) * D + VF::vcoord(g, mt, e >> 1)] = O[mt][e];
+    __syncthreads();
+    const int slot = (((s * p.H + h) * p.QG + qgrp) * (p.nchunk + 1)) + (WIN ? p.nchunk : chunk);
+    float *out = p.part + (size_t)slot * SF;
+    for (int idx = threadIdx.x; idx < GQ * D; idx += NW * 32) {
+        const int q = idx / D, c = idx - q * D;
+        float M = -INFINITY;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w * QPB + q]);
+        float acc = 0.f;
+        if (M != -INFINITY)
+            for (int w = 0; w < NW; w++) {
+                const float mw = wm[w * QPB + q];
+                if (mw != -INFINITY) acc += exp2f(mw - M) * wo[(w * QPB + q) * D + c];
+            }
+        out[2 * QPB + q * D + c] = acc;
+        if (c == 0) {
+            float L = 0.f;
+            if (M != -INFINITY)
+                for (int w = 0; w < NW; w++) {
+                    const float mw = wm[w * QPB + q];
+                    if (mw != -INFINITY) L += exp2f(mw - M) * wl[w * QPB + q];
+                }
+            out[q] = M;
+            out[QPB + q] = L;
+        }
+    }
+}
+
+/* Launch configuration of a (K, V) pair: NW warps, STAGES deep. */
+template <class KF, class VF> struct Cfg {
+    static constexpr int TILE = 16 * (KF::BYTES + VF::BYTES);
+    static constexpr int NW = TILE <= 2560 ? 8 : 4;
+    static constexpr int STAGES = NW * 4 * TILE <= 80 * 1024 ? 4 : 3;
+    static constexpr int STAGE_BYTES = NW * STAGES * TILE;
+    static constexpr int MERGE_BYTES = (2 * NW * QPB + NW * QPB * D) * 4;
+    static constexpr int SMEM = STAGE_BYTES > MERGE_BYTES ? STAGE_BYTES : MERGE_BYTES;
+};
+
+typedef int (*launch_fn)(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out,
+                         int *occ_out);
+
+/* Launches the main pass; with launch == 0 it only reports the block size, the
+ * dynamic shared memory (for lut_bytes of LUTs) and the resident blocks per SM. */
+template <class KF, class VF>
+int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out, int *occ_out) {
+    typedef Cfg<KF, VF> C;
+    const int smem = p.lut_bytes + C::SMEM;
+    auto k = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
+    if (nw_out) *nw_out = C::NW;
+    if (smem_out) *smem_out = smem;
+    KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (occ_out) KVQ_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ_out, k, C::NW * 32, smem));
+    if (!do_launch) return KVQ_OK;
+    dim3 grid(p.nchunk, p.H * p.QG, p.n_seq);
+    k<<<grid, C::NW * 32, smem, st>>>(p);
+    return kvq_cuda_status(cudaGetLastError());
+}
+
+} /* namespace kvqa */
+
+/* Format lists (attn.cu builds the dispatch table from them). */
+#define KVQ_ATTN_K_FORMATS(X) \
+    X(F16, KF16) X(Q8, KQ8) X(TQ1, KTQ<1>) X(TQ2, KTQ<2>) X(TQ4, KTQ<4>) X(RVQ1, KRVQ<1>) X(RVQ2, KRVQ<2>) \
+    X(RVQ4, KRVQ<4>) X(TP1, KTP<1>) X(TP2, KTP<2>) X(TP4, KTP<4>) X(QJL, KQJL)
+#define KVQ_ATTN_V_FORMATS(X, KN, KT) \
+    X(KN, KT, F16, VF16) X(KN, KT, Q8, VQ8) X(KN, KT, TQ1, VTQ<1>) X(KN, KT, TQ2, VTQ<2>) X(KN, KT, TQ4, VTQ<4>) \
+    X(KN, KT, RVQ1, VRVQ<1>) X(KN, KT, RVQ2, VRVQ<2>) X(KN, KT, RVQ4, VRVQ<4>)
+
+#define KVQ_ATTN_DECL_ONE(KN, KT, VN, VT) \
+    int kvq_attn_launch_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, int *occ);
+#define KVQ_ATTN_DEF_ONE(KN, KT, VN, VT)                                                               \
+    int kvq_attn_launch_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, \
+                                    int *occ) {                                                               \
+        using namespace kvqa;                                                                                 \
+        return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
+    }
+/* The f16 window pass (defined with the F16 instantiations). */
+int kvq_attn_launch_window(const kvqa::AttnParams &p, cudaStream_t st);
+
+#endif

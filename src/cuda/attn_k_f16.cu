@@ -1,0 +1,16 @@
+/* Attention kernels with K in format F16 (one file per K format: parallel builds). */
+#include "attn.cuh"
+
+KVQ_ATTN_V_FORMATS(KVQ_ATTN_DEF_ONE, F16, KF16)
+
+/* The f16 window: rows in a ring per (sequence, K/V, head), unrotated queries. */
+int kvq_attn_launch_window(const kvqa::AttnParams &p, cudaStream_t st) {
+    using namespace kvqa;
+    typedef Cfg<KF16, VF16> C;
+    const int smem = p.lut_bytes + C::SMEM;
+    auto k = attn_kernel<KF16, VF16, C::NW, C::STAGES, true>;
+    KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    dim3 grid(1, p.H * p.QG, p.n_seq);
+    k<<<grid, C::NW * 32, smem, st>>>(p);
+    return kvq_cuda_status(cudaGetLastError());
+}

@@ -1,0 +1,4 @@
+/* Attention kernels with K in format TQ2 (one file per K format: parallel builds). */
+#include "attn.cuh"
+
+KVQ_ATTN_V_FORMATS(KVQ_ATTN_DEF_ONE, TQ2, KTQ<2>)

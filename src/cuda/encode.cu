@@ -1,0 +1,527 @@
+/*
+ * Device plans and the encoders: one warp per vector.
+ *
+ * Bytes identical to the CPU codec's scalar reference (kvq_plan_clone_isa
+ * SCALAR): the rotation does the same butterflies in the same order (float
+ * adds, no contraction), scales and norms are computed in double as
+ * tq_quantize_ref / rvq / qjl do (only the order of the double sums differs:
+ * a stored f16 scale could differ when a float rounding of the double result
+ * sits exactly on a tie, probability ~2^-28 per vector; tests count it), the
+ * QJL projection is the scalar matvec's sequential float sum, quantization
+ * is the same branch-free count of boundaries.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/plan_export.h"
+#include "cuda_internal.cuh"
+
+#define ENC_WARPS 8
+
+/* ---- plans ----------------------------------------------------------------- */
+static int is_pow2(int d) { return d > 0 && (d & (d - 1)) == 0; }
+
+static int upload(float **dst, const float *src, size_t n) {
+    *dst = NULL;
+    if (!n || !src) return KVQ_OK;
+    KVQ_CU_TRY(cudaMalloc((void **)dst, n * sizeof(float)));
+    KVQ_CU_TRY(cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    return KVQ_OK;
+}
+
+extern "C" int kvq_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void kvq_cuda_plan_free(kvq_cuda_plan *p) {
+    if (!p) return;
+    cudaFree(p->signs);
+    cudaFree(p->c1);
+    cudaFree(p->t1);
+    cudaFree(p->c2);
+    cudaFree(p->t2);
+    cudaFree(p->S);
+    cudaFree(p->St);
+    free(p);
+}
+
+extern "C" size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *p) { return p ? p->code_bytes : 0; }
+
+extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
+    if (!out || !plan) return KVQ_ERR_NULL;
+    kvq_plan_tables t;
+    int rc = kvq_plan_export(plan, &t);
+    if (rc) return rc;
+    if (t.kind == KVQ_LAY_NONE || t.rot == 2) return KVQ_ERR_UNSUPPORTED;
+    const int d = t.d;
+    if (t.kind == KVQ_LAY_F16 || t.kind == KVQ_LAY_Q8) {
+        if (d % 8 || d > 512) return KVQ_ERR_UNSUPPORTED_DIM;
+    } else if (!is_pow2(d) || d < 32 || d > 512) {
+        return KVQ_ERR_UNSUPPORTED_DIM;
+    }
+    if ((t.kind == KVQ_LAY_QJL || t.kind == KVQ_LAY_TQPROD) && t.m % 32) return KVQ_ERR_UNSUPPORTED;
+    kvq_cuda_plan *p = (kvq_cuda_plan *)calloc(1, sizeof *p);
+    if (!p) return KVQ_ERR_NOMEM;
+    p->L = kvq_layout_make(t.kind, d, t.bits, t.m, t.scale_bytes);
+    p->kind = t.kind;
+    p->d = d;
+    p->bits = t.bits;
+    p->m = t.m;
+    p->sb = t.scale_bytes;
+    p->scale_norm = t.scale_norm;
+    p->rot = t.rot;
+    p->rot_s = 1.0f / sqrtf((float)d);
+    p->qjl_k = t.m ? sqrtf(3.14159265358979323846f / 2) / (float)t.m : 0.0f;
+    p->n1 = t.n1;
+    p->n2 = t.n2;
+    p->code_bytes = t.code_bytes;
+    for (int i = 0; i < t.n1; i++) p->hc1[i] = t.c1[i];
+    for (int i = 0; i < t.n2; i++) p->hc2[i] = t.c2[i];
+    if ((size_t)p->L.bytes != t.code_bytes) rc = KVQ_ERR_UNSUPPORTED;
+    if (!rc && t.rot == 1) rc = upload(&p->signs, t.signs, 2 * (size_t)d);
+    if (!rc) rc = upload(&p->c1, t.c1, (size_t)t.n1);
+    if (!rc && t.n1 > 1) rc = upload(&p->t1, t.t1, (size_t)t.n1 - 1);
+    if (!rc) rc = upload(&p->c2, t.c2, (size_t)t.n2);
+    if (!rc && t.n2 > 1) rc = upload(&p->t2, t.t2, (size_t)t.n2 - 1);
+    if (!rc && t.S) {
+        rc = upload(&p->S, t.S, (size_t)t.m * d);
+        float *st = (float *)malloc((size_t)t.m * d * sizeof(float));
+        if (!st) rc = KVQ_ERR_NOMEM;
+        if (!rc) {
+            for (int i = 0; i < t.m; i++)
+                for (int j = 0; j < d; j++) st[(size_t)j * t.m + i] = t.S[(size_t)i * d + j];
+            rc = upload(&p->St, st, (size_t)t.m * d);
+        }
+        free(st);
+    }
+    if (rc) {
+        kvq_cuda_plan_free(p);
+        return rc;
+    }
+    *out = p;
+    return KVQ_OK;
+}
+
+/* ---- encoder ------------------------------------------------------------- */
+struct EncParams {
+    const void *x;
+    int f16in;
+    long long n;
+    int d;
+    kvq_layout L;
+    kvq_enc_out out;
+    const float *signs, *c1, *t1, *c2, *t2, *St;
+    int n1, n2, m, sb, scale_norm, bits, rot;
+    float rot_s;
+    int *status;
+};
+
+/* Address of byte i of field f of vector v. */
+__device__ __forceinline__ uint8_t *enc_dst(const EncParams &P, long long v, int f, int i) {
+    const kvq_enc_out &o = P.out;
+    if (!o.paged) return o.base + (unsigned long long)v * P.L.bytes + P.L.off[f] + i;
+    long long tok = v / o.H;
+    int h = (int)(v - tok * o.H);
+    int slot = o.dst[tok];
+    int page = slot / o.P, s = slot - page * o.P;
+    uint8_t *run = o.base + (unsigned long long)page * o.page_bytes + o.kv_off +
+                   (unsigned long long)h * o.P * P.L.bytes;
+    return run + kvq_layout_page_offset(&P.L, f, o.P, s, i);
+}
+
+/* Writes the record assembled in rec (shared) to its destination, 2 bytes per lane step. */
+__device__ __forceinline__ void enc_flush(const EncParams &P, long long v, const uint8_t *rec, int lane) {
+    for (int f = 0; f < P.L.nfield; f++) {
+        const int sz = P.L.size[f], off = P.L.off[f];
+        for (int i = 2 * lane; i < sz; i += 64) {
+            uint16_t w = (uint16_t)(rec[off + i] | (rec[off + i + 1] << 8));
+            *(uint16_t *)enc_dst(P, v, f, i) = w;
+        }
+    }
+}
+
+/* f32 -> f16 with the CPU's range rule for scales: non-finite or |s| > 65504 fails. */
+__device__ __forceinline__ int store_scale(const EncParams &P, uint8_t *dst, float s) {
+    if (!isfinite(s)) return KVQ_ERR_RANGE;
+    if (P.sb == 4) {
+        memcpy(dst, &s, 4);
+        return KVQ_OK;
+    }
+    if (fabsf(s) > 65504.0f) return KVQ_ERR_RANGE;
+    __half h = __float2half_rn(s);
+    memcpy(dst, &h, 2);
+    return KVQ_OK;
+}
+__device__ __forceinline__ float load_scale(const EncParams &P, const uint8_t *src) {
+    if (P.sb == 4) {
+        float s;
+        memcpy(&s, src, 4);
+        return s;
+    }
+    uint16_t h = (uint16_t)(src[0] | (src[1] << 8));
+    return kvq_half_bits_to_float(h);
+}
+
+/* idx = number of boundaries below x, by the same branch-free search as cb_quantize. */
+__device__ __forceinline__ int quantize(const float *t, int n, float x) {
+    int idx = 0;
+    for (int step = n >> 1; step > 0; step >>= 1) idx += (x > t[idx + step - 1]) ? step : 0;
+    return idx;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(KVQ_FULL_MASK, v, o);
+    return v;
+}
+
+/* In-place fast Walsh-Hadamard transform of d = 32 * EPT values, lane holding
+ * elements lane*EPT + e: the CPU's butterflies, spans 1, 2, 4, ... in order. */
+template <int EPT> __device__ __forceinline__ void fwht_warp(float v[EPT], int lane) {
+#pragma unroll
+    for (int h = 1; h < EPT; h <<= 1)
+#pragma unroll
+        for (int e = 0; e < EPT; e++)
+            if (!(e & h)) {
+                float a = v[e], b = v[e + h];
+                v[e] = __fadd_rn(a, b);
+                v[e + h] = __fsub_rn(a, b);
+            }
+#pragma unroll
+    for (int lh = 1; lh < 32; lh <<= 1)
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            float o = __shfl_xor_sync(KVQ_FULL_MASK, v[e], lh);
+            v[e] = (lane & lh) ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+        }
+}
+
+/* Strided packing of the d indices in idx (shared) into dst (shared). */
+__device__ __forceinline__ void pack_strided(const uint8_t *idx, int d, int b, uint8_t *dst, int lane) {
+    int shift = 0;
+    for (int f = 0; f < 3; f++) {
+        const int w = kvq_strided_width(b, f);
+        if (!w) break;
+        const int S = d * w / 8, per = 8 / w, mask = (1 << w) - 1;
+        for (int j = lane; j < S; j += 32) {
+            unsigned byte = 0;
+            for (int k = 0; k < per; k++) byte |= (unsigned)((idx[j + k * S] >> shift) & mask) << (k * w);
+            dst[j] = (uint8_t)byte;
+        }
+        dst += S;
+        shift += w;
+    }
+}
+
+/* QJL signs of S r (r: d floats in shared): the scalar matvec's sequential
+ * float sums, row i = lane + 32 k; bit i of the LSB-first stream = (S_i r >= 0). */
+__device__ __forceinline__ void qjl_signs_warp(const EncParams &P, const float *r, uint8_t *bits, int lane) {
+    const int m = P.m, d = P.d;
+    for (int k0 = 0; k0 < m; k0 += 128) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        const int nk = (m - k0) >= 128 ? 4 : (m - k0) / 32;
+        for (int j = 0; j < d; j++) {
+            const float rj = r[j];
+            const float *col = P.St + (size_t)j * m + k0 + lane;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (k < nk) acc[k] = __fadd_rn(acc[k], __fmul_rn(__ldg(col + 32 * k), rj));
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k >= nk) break;
+            unsigned bal = __ballot_sync(KVQ_FULL_MASK, acc[k] >= 0.0f);
+            if (lane < 4) bits[(k0 + 32 * k) / 8 + lane] = (uint8_t)(bal >> (8 * lane));
+        }
+    }
+}
+
+/* Loads the EPT values of lane (elements lane*EPT + e) of vector v; returns 1 if all finite. */
+template <int EPT> __device__ __forceinline__ int load_row(const EncParams &P, long long v, float x[EPT], int lane) {
+    int ok = 1;
+    if (P.f16in) {
+        const __half *src = (const __half *)P.x + (size_t)v * P.d + lane * EPT;
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            uint16_t hb;
+            memcpy(&hb, src + e, 2);
+            ok &= (hb & 0x7c00u) != 0x7c00u;
+            x[e] = __half2float(src[e]);
+        }
+    } else {
+        const float *src = (const float *)P.x + (size_t)v * P.d + lane * EPT;
+        if (EPT % 4 == 0) {
+#pragma unroll
+            for (int e = 0; e < EPT; e += 4) {
+                float4 q = *(const float4 *)(src + e);
+                x[e] = q.x, x[e + 1] = q.y, x[e + 2] = q.z, x[e + 3] = q.w;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < EPT; e++) x[e] = src[e];
+        }
+#pragma unroll
+        for (int e = 0; e < EPT; e++) ok &= isfinite(x[e]) ? 1 : 0;
+    }
+    return __all_sync(KVQ_FULL_MASK, ok);
+}
+
+/* Rotated methods (tq-mse, tq-prod, rvq) and qjl, d = 32 * EPT. */
+template <int KIND, int EPT> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_rot_kernel(EncParams P) {
+    constexpr int D = 32 * EPT;
+    __shared__ float s_tab[4 * 256 + 2 * D];
+    __shared__ float s_buf[ENC_WARPS][D];
+    __shared__ uint8_t s_idx[ENC_WARPS][D];
+    __shared__ __align__(16) uint8_t s_rec[ENC_WARPS][2 * D + 16];
+    float *c1 = s_tab, *t1 = s_tab + 256, *c2 = s_tab + 512, *t2 = s_tab + 768, *sg = s_tab + 1024;
+    for (int i = threadIdx.x; i < P.n1; i += blockDim.x) c1[i] = P.c1[i];
+    for (int i = threadIdx.x; i < P.n1 - 1; i += blockDim.x) t1[i] = P.t1[i];
+    for (int i = threadIdx.x; i < P.n2; i += blockDim.x) c2[i] = P.c2[i];
+    for (int i = threadIdx.x; i < P.n2 - 1; i += blockDim.x) t2[i] = P.t2[i];
+    if (P.rot == 1)
+        for (int i = threadIdx.x; i < 2 * D; i += blockDim.x) sg[i] = P.signs[i];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float *buf = s_buf[w];
+    uint8_t *idx = s_idx[w], *rec = s_rec[w];
+    const double dd = (double)D;
+    for (long long v = (long long)blockIdx.x * ENC_WARPS + w; v < P.n; v += (long long)gridDim.x * ENC_WARPS) {
+        float y[EPT];
+        if (!load_row<EPT>(P, v, y, lane)) {
+            if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
+            continue;
+        }
+        if (KIND != KVQ_LAY_QJL && P.rot == 1) {
+            const float s = P.rot_s;
+#pragma unroll
+            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(__fmul_rn(y[e], sg[lane * EPT + e]), s);
+            fwht_warp<EPT>(y, lane);
+#pragma unroll
+            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(y[e], __fmul_rn(sg[D + lane * EPT + e], s));
+            fwht_warp<EPT>(y, lane);
+        }
+        double ss = 0;
+#pragma unroll
+        for (int e = 0; e < EPT; e++) ss += (double)y[e] * (double)y[e];
+        ss = warp_sum_d(ss);
+        int rc = KVQ_OK;
+        if (KIND == KVQ_LAY_QJL) {
+            rc = store_scale(P, rec, (float)sqrt(ss));
+#pragma unroll
+            for (int e = 0; e < EPT; e++) buf[lane * EPT + e] = y[e];
+            __syncwarp();
+            qjl_signs_warp(P, buf, rec + P.L.off[KVQ_QJL_SIGNS], lane);
+        } else if (KIND == KVQ_LAY_RVQ) {
+            const float s1 = (float)sqrt(ss / dd), inv = s1 > 0 ? 1.0f / s1 : 0.0f;
+            float r[EPT];
+            int i1[EPT];
+            double rr = 0;
+#pragma unroll
+            for (int e = 0; e < EPT; e++) {
+                float u = __fmul_rn(y[e], inv);
+                i1[e] = quantize(t1, P.n1, u);
+                r[e] = __fsub_rn(u, c1[i1[e]]);
+                rr += (double)r[e] * (double)r[e];
+            }
+            rr = warp_sum_d(rr);
+            const float sigma = (float)sqrt(rr / dd), rinv = sigma > 0 ? 1.0f / sigma : 0.0f;
+#pragma unroll
+            for (int e = 0; e < EPT; e++) {
+                idx[lane * EPT + e] = (uint8_t)i1[e];
+                buf[lane * EPT + e] = __int_as_float(quantize(t2, P.n2, __fmul_rn(r[e], rinv)));
+            }
+            rc = store_scale(P, rec + P.L.off[KVQ_RVQ_S1], s1);
+            if (!rc) rc = store_scale(P, rec + P.L.off[KVQ_RVQ_S2], __fmul_rn(s1, sigma));
+            __syncwarp();
+            pack_strided(idx, D, P.bits, rec + P.L.off[KVQ_RVQ_IDX1], lane);
+            __syncwarp();
+#pragma unroll
+            for (int e = 0; e < EPT; e++) idx[lane * EPT + e] = (uint8_t)__float_as_int(buf[lane * EPT + e]);
+            __syncwarp();
+            pack_strided(idx, D, P.bits, rec + P.L.off[KVQ_RVQ_IDX2], lane);
+        } else { /* tq-mse, tq-prod: tq_quantize_ref */
+            int id[EPT];
+            float g;
+            if (ss == 0) {
+                const int z = quantize(t1, P.n1, 0.0f);
+#pragma unroll
+                for (int e = 0; e < EPT; e++) id[e] = z;
+                g = 0;
+            } else {
+                const double nrm = sqrt(ss);
+                const float s = (float)(sqrt(dd) / nrm);
+                double yc = 0, cc = 0;
+#pragma unroll
+                for (int e = 0; e < EPT; e++) {
+                    id[e] = quantize(t1, P.n1, __fmul_rn(y[e], s));
+                    const double c = (double)c1[id[e]];
+                    yc += (double)y[e] * c;
+                    cc += c * c;
+                }
+                yc = warp_sum_d(yc);
+                cc = warp_sum_d(cc);
+                g = P.scale_norm || cc == 0 ? (float)(nrm / sqrt(dd)) : (float)(yc / cc);
+            }
+#pragma unroll
+            for (int e = 0; e < EPT; e++) idx[lane * EPT + e] = (uint8_t)id[e];
+            rc = store_scale(P, rec, g);
+            __syncwarp();
+            pack_strided(idx, D, P.bits, rec + P.L.off[KVQ_TQ_IDX], lane);
+            if (KIND == KVQ_LAY_TQPROD && !rc) {
+                /* residual against the scale actually stored (m_tq_prod.c) */
+                const float gs = load_scale(P, rec);
+                double rr = 0;
+#pragma unroll
+                for (int e = 0; e < EPT; e++) {
+                    y[e] = __fsub_rn(y[e], __fmul_rn(gs, c1[id[e]]));
+                    rr += (double)y[e] * (double)y[e];
+                    buf[lane * EPT + e] = y[e];
+                }
+                rr = warp_sum_d(rr);
+                rc = store_scale(P, rec + P.L.off[KVQ_TQPROD_RNORM], (float)sqrt(rr));
+                __syncwarp();
+                qjl_signs_warp(P, buf, rec + P.L.off[KVQ_TQPROD_SIGNS], lane);
+            }
+        }
+        __syncwarp();
+        if (rc) {
+            if (lane == 0) kvq_dev_error(P.status, rc);
+        } else {
+            enc_flush(P, v, rec, lane);
+        }
+        __syncwarp();
+    }
+}
+
+/* q8 (any d % 8 == 0, d <= 512) and f16: lane holds elements lane + 32 k. */
+template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_kernel(EncParams P) {
+    __shared__ __align__(16) uint8_t s_rec[ENC_WARPS][2 * 512 + 64];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = P.d, nb = (d + 31) / 32;
+    uint8_t *rec = s_rec[w];
+    for (long long v = (long long)blockIdx.x * ENC_WARPS + w; v < P.n; v += (long long)gridDim.x * ENC_WARPS) {
+        float x[16];
+        int ok = 1;
+        for (int k = 0; k < nb; k++) {
+            const int c = lane + 32 * k;
+            float val = 0;
+            if (c < d) {
+                if (P.f16in) {
+                    uint16_t hb = ((const uint16_t *)P.x)[(size_t)v * d + c];
+                    ok &= (hb & 0x7c00u) != 0x7c00u;
+                    val = kvq_half_bits_to_float(hb);
+                } else {
+                    val = ((const float *)P.x)[(size_t)v * d + c];
+                    ok &= isfinite(val) ? 1 : 0;
+                }
+            }
+            x[k] = val;
+        }
+        if (!__all_sync(KVQ_FULL_MASK, ok)) {
+            if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
+            continue;
+        }
+        int bad = 0;
+        if (KIND == KVQ_LAY_F16) {
+            for (int k = 0; k < nb; k++) {
+                const int c = lane + 32 * k;
+                if (c >= d) break;
+                if (x[k] > 65504.0f || x[k] < -65504.0f) bad = 1;
+                __half h = __float2half_rn(x[k]);
+                memcpy(rec + 2 * c, &h, 2);
+            }
+        } else { /* q8: m_q8.c enc */
+            int8_t *q = (int8_t *)(rec + 2 * nb);
+            for (int k = 0; k < nb; k++) {
+                float amax = fabsf(x[k]);
+                for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(KVQ_FULL_MASK, amax, o));
+                const float s = __fdiv_rn(amax, 127.0f);
+                if (s > 65504.0f) bad = 1;
+                __half h = __float2half_rn(s);
+                const float sh = __half2float(h);
+                const float inv = sh > 0 ? __fdiv_rn(1.0f, sh) : 0.0f;
+                if (lane == 0) memcpy(rec + 2 * k, &h, 2);
+                const int c = lane + 32 * k;
+                if (c < d) {
+                    float r = rintf(__fmul_rn(x[k], inv));
+                    q[c] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+                }
+            }
+        }
+        bad = __any_sync(KVQ_FULL_MASK, bad);
+        __syncwarp();
+        if (bad) {
+            if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_RANGE);
+        } else {
+            enc_flush(P, v, rec, lane);
+        }
+        __syncwarp();
+    }
+}
+
+template <int KIND> static void launch_rot(int EPT, dim3 g, cudaStream_t st, const EncParams &P) {
+    switch (EPT) {
+    case 1: enc_rot_kernel<KIND, 1><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 2: enc_rot_kernel<KIND, 2><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 4: enc_rot_kernel<KIND, 4><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 8: enc_rot_kernel<KIND, 8><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    default: enc_rot_kernel<KIND, 16><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    }
+}
+
+int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtype, size_t n, const kvq_enc_out &out,
+                           int *dev_status, cudaStream_t stream) {
+    if (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16) return KVQ_ERR_INVALID_ARG;
+    if (n == 0) return KVQ_OK;
+    EncParams P;
+    memset(&P, 0, sizeof P);
+    P.x = x;
+    P.f16in = dtype == KVQ_DTYPE_F16;
+    P.n = (long long)n;
+    P.d = p->d;
+    P.L = p->L;
+    P.out = out;
+    P.signs = p->signs;
+    P.c1 = p->c1;
+    P.t1 = p->t1;
+    P.c2 = p->c2;
+    P.t2 = p->t2;
+    P.St = p->St;
+    P.n1 = p->n1;
+    P.n2 = p->n2;
+    P.m = p->m;
+    P.sb = p->sb;
+    P.scale_norm = p->scale_norm;
+    P.bits = p->bits;
+    P.rot = p->rot;
+    P.rot_s = p->rot_s;
+    P.status = dev_status;
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    size_t blocks = (n + ENC_WARPS - 1) / ENC_WARPS, cap = (size_t)sms * 16;
+    dim3 g((unsigned)(blocks < cap ? blocks : cap));
+    const int EPT = p->d / 32;
+    switch (p->kind) {
+    case KVQ_LAY_F16: enc_plain_kernel<KVQ_LAY_F16><<<g, 32 * ENC_WARPS, 0, stream>>>(P); break;
+    case KVQ_LAY_Q8: enc_plain_kernel<KVQ_LAY_Q8><<<g, 32 * ENC_WARPS, 0, stream>>>(P); break;
+    case KVQ_LAY_TQ: launch_rot<KVQ_LAY_TQ>(EPT, g, stream, P); break;
+    case KVQ_LAY_TQPROD: launch_rot<KVQ_LAY_TQPROD>(EPT, g, stream, P); break;
+    case KVQ_LAY_QJL: launch_rot<KVQ_LAY_QJL>(EPT, g, stream, P); break;
+    case KVQ_LAY_RVQ: launch_rot<KVQ_LAY_RVQ>(EPT, g, stream, P); break;
+    default: return KVQ_ERR_UNSUPPORTED;
+    }
+    return kvq_cuda_status(cudaGetLastError());
+}
+
+extern "C" int kvq_cuda_encode(const kvq_cuda_plan *p, const void *x, kvq_dtype dtype, size_t n, void *codes,
+                               int *dev_status, void *stream) {
+    if (!p || (n && (!x || !codes))) return KVQ_ERR_NULL;
+    kvq_enc_out out;
+    memset(&out, 0, sizeof out);
+    out.base = (uint8_t *)codes;
+    return kvq_cuda_encode_launch(p, x, dtype, n, out, dev_status, (cudaStream_t)stream);
+}

@@ -1,0 +1,734 @@
+/*
+ * CUDA backend tests (docs/CUDA.md).
+ *
+ * Part 1, host only (runs without a GPU): the attention kernels' decoders and
+ * coordinate maps, run on the host on tiles built from real CPU records
+ * exactly as the kernel stages them (swizzled): every f16 value a lane
+ * feeds the tensor cores must be the record's value at the coordinate the
+ * map names, and the maps must be permutations.
+ * Part 2, on the device (exit 77 = skipped when there is none):
+ *   - encode: records of every served method, dims 32..512, odd counts,
+ *     f32 and f16 inputs, against the CPU scalar reference byte for byte
+ *     (mismatching records are counted: a tolerance of 1 per 1000 records
+ *     exists only for a double-rounding tie of a scale, never seen; the
+ *     best-ISA CPU plan is compared too, for information: its SIMD paths
+ *     sum the norm in float); paged storage gives the same bytes; NaN and
+ *     out-of-range inputs report their errors;
+ *   - attention: batches of sequences of odd lengths in shuffled pages, GQA
+ *     groups of 1..16, f16 windows, every K/V pair family, against a CPU
+ *     reference (kvq_score / kvq_accumulate on the same bytes, softmax in
+ *     double): relative L2 error of each output row <= 1e-3.
+ * Usage: test_cuda [--quick]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "attn.cuh"
+#include "codec/plan_export.h"
+#include "kvq.h"
+#include "kvq_cuda.h"
+
+using namespace kvqa;
+
+static int g_fail = 0, g_checks = 0;
+#define EXPECT(cond, ...)                                                   \
+    do {                                                                    \
+        g_checks++;                                                         \
+        if (!(cond)) {                                                      \
+            if (g_fail < 50) {                                              \
+                fprintf(stderr, "%s:%d: FAIL ", __FILE__, __LINE__);        \
+                fprintf(stderr, __VA_ARGS__);                               \
+                fprintf(stderr, "\n");                                      \
+            }                                                               \
+            g_fail++;                                                       \
+        }                                                                   \
+    } while (0)
+
+#define CU(expr)                                                                          \
+    do {                                                                                  \
+        cudaError_t _e = (expr);                                                          \
+        if (_e != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d: CUDA %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        int _rc = (expr);                                                                          \
+        if (_rc) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s -> %d (%s)\n", __FILE__, __LINE__, #expr, _rc, kvq_strerror(_rc)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---- random numbers -------------------------------------------------------- */
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    double uni() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
+    double gauss() {
+        double u = uni(), v = uni();
+        if (u < 1e-300) u = 1e-300;
+        return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+    }
+};
+
+static float h2f(uint16_t h) { return kvq_f16_to_f32(h); }
+static float f16r(float x) { return kvq_f16_to_f32(kvq_f32_to_f16(x)); }
+
+/* Index of coordinate c in a strided field of b bits. */
+static int strided_get(const uint8_t *f, int d, int b, int c) {
+    int v = 0, shift = 0;
+    for (int i = 0; i < 3; i++) {
+        const int w = kvq_strided_width(b, i);
+        if (!w) break;
+        const int S = d * w / 8;
+        v |= ((f[c % S] >> ((c / S) * w)) & ((1 << w) - 1)) << shift;
+        f += S;
+        shift += w;
+    }
+    return v;
+}
+
+/* ---- part 1: host checks of the decoders and maps ------------------------------ */
+struct HostPlan {
+    kvq_plan *p;
+    kvq_plan_tables t;
+    kvq_layout L;
+};
+static HostPlan host_plan(const char *spec, uint64_t seed) {
+    HostPlan h;
+    OK(kvq_plan_create(&h.p, spec, D, seed, NULL, 0));
+    OK(kvq_plan_export(h.p, &h.t));
+    h.L = kvq_layout_make(h.t.kind, D, h.t.bits, h.t.m, h.t.scale_bytes);
+    return h;
+}
+
+/* 16 records -> a staged tile region (field-major, swizzled as load_field does) */
+static void stage_records(const HostPlan &h, const std::vector<uint8_t> &recs, uint8_t *dst) {
+    for (int f = 0; f < h.L.nfield; f++) {
+        const int R = h.L.size[f];
+        std::vector<uint8_t> src(16 * R);
+        for (int t = 0; t < 16; t++) memcpy(&src[t * R], &recs[t * h.L.bytes + h.L.off[f]], R);
+        uint8_t *base = dst + 16 * h.L.off[f];
+        for (int c = 0; c < R; c++) {
+            const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
+            int pc = c;
+            if (R == 32) pc = c ^ swz<32>(tok);
+            if (R == 64) pc = c ^ swz<64>(tok);
+            if (R == 128) pc = c ^ swz<128>(tok);
+            if (R == 256) pc = c ^ swz<256>(tok);
+            memcpy(base + 16 * pc, &src[16 * c], 16);
+        }
+    }
+}
+
+/* host copy of build_luts */
+static void host_lut(uint8_t *lut, int off, int w, const float *c) {
+    uint32_t *dst = (uint32_t *)(lut + off);
+    if (w == 4) {
+        for (int e = 0; e < 256 * 32; e++) dst[e] = pack2(c[(e >> 5) & 15], c[(e >> 5) >> 4]);
+    } else if (w == 2) {
+        for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
+    } else {
+        for (int n = 0; n < 16; n++) {
+            float v[4];
+            for (int b = 0; b < 4; b++) v[b] = w == 0 ? (((n >> b) & 1) ? 1.f : -1.f) : c[(n >> b) & 1];
+            dst[2 * n] = pack2(v[0], v[1]);
+            dst[2 * n + 1] = pack2(v[2], v[3]);
+        }
+    }
+}
+
+/* Value (rotated domain, before the record scale where the kernel applies it later) of stage st of a record. */
+static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, bool vside) {
+    const kvq_layout &L = h.L;
+    switch (h.t.kind) {
+    case KVQ_LAY_F16: return h2f((uint16_t)(rec[2 * c] | rec[2 * c + 1] << 8));
+    case KVQ_LAY_Q8: {
+        const float s = h2f((uint16_t)(rec[2 * (c / 32)] | rec[2 * (c / 32) + 1] << 8));
+        return f16r(s * (float)(int8_t)rec[L.off[1] + c]);
+    }
+    case KVQ_LAY_TQ: return f16r(h.t.c1[strided_get(rec + L.off[1], D, h.t.bits, c)]);
+    case KVQ_LAY_RVQ:
+        return st ? f16r(h.t.c2[strided_get(rec + L.off[3], D, h.t.bits, c)])
+                  : f16r(h.t.c1[strided_get(rec + L.off[2], D, h.t.bits, c)]);
+    case KVQ_LAY_TQPROD:
+        if (st == 0) return f16r(h.t.c1[strided_get(rec + L.off[1], D, h.t.bits, c)]);
+        return ((rec[L.off[3] + c / 8] >> (c % 8)) & 1) ? 1.f : -1.f;
+    case KVQ_LAY_QJL: return ((rec[L.off[1] + c / 8] >> (c % 8)) & 1) ? 1.f : -1.f;
+    }
+    (void)vside;
+    return NAN;
+}
+
+template <class KF> static void host_check_k(const char *spec) {
+    HostPlan h = host_plan(spec, 11);
+    EXPECT(KF::BYTES == h.L.bytes, "%s: K format bytes %d vs layout %d", spec, KF::BYTES, h.L.bytes);
+    for (int f = 0; f < KF::NF && f < h.L.nfield; f++)
+        EXPECT(KF::SIZE[f] == h.L.size[f] && KF::OFF[f] == h.L.off[f], "%s: field %d", spec, f);
+    Rng r{77};
+    std::vector<float> x(16 * D);
+    for (auto &v : x) v = (float)r.gauss();
+    std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
+    OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
+    stage_records(h, recs, tile.data());
+    std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
+    AttnParams p;
+    memset(&p, 0, sizeof p);
+    p.klut[0] = 0;
+    p.klut[1] = LUT4_BYTES;
+    p.kconst = sqrtf(3.14159265358979323846f / 2) / (float)D;
+    if (h.t.n1) host_lut(lut.data(), 0, h.t.bits, h.t.c1);
+    if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
+    if (h.t.kind == KVQ_LAY_TQPROD) host_lut(lut.data(), LUT4_BYTES, 0, NULL);
+    if (h.t.kind == KVQ_LAY_QJL) host_lut(lut.data(), 0, 0, NULL);
+    /* maps are permutations */
+    for (int set = 0; set < KF::NQS; set++) {
+        std::vector<int> seen(D, 0);
+        for (int qq = 0; qq < 4; qq++)
+            for (int reg = 0; reg < 16; reg++)
+                for (int hh = 0; hh < 2; hh++) {
+                    const int c = KF::kcoord(set, qq, reg, hh);
+                    if (c >= 0 && c < D) seen[c]++;
+                }
+        int bad = 0;
+        for (int c = 0; c < D; c++) bad += seen[c] != 1;
+        EXPECT(bad == 0, "%s: kcoord set %d is not a permutation (%d bad)", spec, set, bad);
+    }
+    int bad = 0;
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane >> 2, qq = lane & 3;
+        for (int nt = 0; nt < 2; nt++) {
+            const int tok = nt * 8 + g;
+            for (int st = 0; st < KF::NSTAGE; st++) {
+                uint32_t kb[16];
+                KF::decode(tile.data(), st, lut.data(), p, tok, qq, lane * 4, kb);
+                for (int reg = 0; reg < 16; reg++)
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int c = KF::kcoord(KF::qset(st), qq, reg, hh);
+                        const float got = hh ? hhi(kb[reg]) : hlo(kb[reg]);
+                        const float want = stage_value(h, &recs[tok * h.L.bytes], st, c, false);
+                        if (got != want && bad++ < 5)
+                            fprintf(stderr, "  %s K lane %d tok %d st %d reg %d h %d coord %d: %g want %g\n", spec, lane,
+                                    tok, st, reg, hh, c, got, want);
+                    }
+            }
+        }
+        /* per-token scales after the MMA */
+        for (int st = 0; st < KF::NSTAGE; st++) {
+            const float2 gs = KF::kscale(tile.data(), st, 2 * qq, p);
+            const uint8_t *rec = &recs[2 * qq * h.L.bytes];
+            float want = 1;
+            if (h.t.kind == KVQ_LAY_TQ || (h.t.kind == KVQ_LAY_TQPROD && st == 0)) want = h2f(rec[0] | rec[1] << 8);
+            if (h.t.kind == KVQ_LAY_RVQ) want = h2f(rec[2 * st] | rec[2 * st + 1] << 8);
+            if (h.t.kind == KVQ_LAY_TQPROD && st == 1) want = p.kconst * h2f(rec[h.L.off[2]] | rec[h.L.off[2] + 1] << 8);
+            if (h.t.kind == KVQ_LAY_QJL) want = p.kconst * h2f(rec[0] | rec[1] << 8);
+            if (gs.x != want) bad++;
+        }
+    }
+    EXPECT(bad == 0, "%s: %d K decode mismatches", spec, bad);
+    kvq_plan_free(h.p);
+}
+
+template <class VF> static void host_check_v(const char *spec) {
+    HostPlan h = host_plan(spec, 12);
+    EXPECT(VF::BYTES == h.L.bytes, "%s: V format bytes %d vs layout %d", spec, VF::BYTES, h.L.bytes);
+    Rng r{78};
+    std::vector<float> x(16 * D);
+    for (auto &v : x) v = (float)r.gauss() * 3;
+    std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
+    OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
+    stage_records(h, recs, tile.data());
+    std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
+    AttnParams p;
+    memset(&p, 0, sizeof p);
+    p.vlut[0] = 0;
+    p.vlut[1] = LUT4_BYTES;
+    if (h.t.n1) host_lut(lut.data(), 0, h.t.bits, h.t.c1);
+    if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
+    std::vector<int> seen(D, 0);
+    for (int g = 0; g < 8; g++)
+        for (int mt = 0; mt < D / 16; mt++)
+            for (int rh = 0; rh < 2; rh++) {
+                const int c = VF::vcoord(g, mt, rh);
+                if (c >= 0 && c < D) seen[c]++;
+            }
+    int badmap = 0;
+    for (int c = 0; c < D; c++) badmap += seen[c] != 1;
+    EXPECT(badmap == 0, "%s: vcoord is not a permutation", spec);
+    const bool val[2][2] = {{true, true}, {true, true}};
+    int bad = 0;
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane >> 2, qq = lane & 3;
+        typename VF::Regs vr;
+        VF::load(tile.data(), g, qq, val, vr);
+        for (int st = 0; st < VF::NSTAGE; st++) {
+            for (int mt = 0; mt < D / 16; mt++) {
+                uint32_t a[4];
+                VF::decode(vr, st, lut.data(), p, lane * 4, mt, a);
+                for (int i = 0; i < 4; i++)
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int rh = i & 1, k = (i >> 1) * 2 + hh;
+                        const int tok = vtok(qq, k), c = VF::vcoord(g, mt, rh);
+                        const float got = hh ? hhi(a[i]) : hlo(a[i]);
+                        const float want = stage_value(h, &recs[tok * h.L.bytes], st, c, true);
+                        if (got != want && bad++ < 5)
+                            fprintf(stderr, "  %s V lane %d st %d mt %d a%d h%d tok %d coord %d: %g want %g\n", spec,
+                                    lane, st, mt, i, hh, tok, c, got, want);
+                    }
+            }
+            const float2 vs = VF::vscale(tile.data(), st, 2 * qq + 8);
+            const uint8_t *rec = &recs[(2 * qq + 9) * h.L.bytes];
+            float want = 1;
+            if (h.t.kind == KVQ_LAY_TQ) want = h2f(rec[0] | rec[1] << 8);
+            if (h.t.kind == KVQ_LAY_RVQ) want = h2f(rec[2 * st] | rec[2 * st + 1] << 8);
+            if (vs.y != want) bad++;
+        }
+    }
+    EXPECT(bad == 0, "%s: %d V decode mismatches", spec, bad);
+    kvq_plan_free(h.p);
+}
+
+static void host_checks(void) {
+    /* swizzles are permutations inside a tile */
+    {
+        const int Rs[4] = {32, 64, 128, 256};
+        for (int ri = 0; ri < 4; ri++) {
+            const int R = Rs[ri];
+            std::vector<int> seen(16 * R / 16, 0);
+            for (int t = 0; t < 16; t++)
+                for (int c = 0; c < R / 16; c++) {
+                    int a = 0;
+                    if (R == 32) a = faddr<32>(t, 16 * c);
+                    if (R == 64) a = faddr<64>(t, 16 * c);
+                    if (R == 128) a = faddr<128>(t, 16 * c);
+                    if (R == 256) a = faddr<256>(t, 16 * c);
+                    seen[a / 16]++;
+                }
+            int bad = 0;
+            for (int v : seen) bad += v != 1;
+            EXPECT(bad == 0, "swizzle R=%d is not a permutation", R);
+        }
+    }
+    host_check_k<KF16>("f16");
+    host_check_k<KQ8>("q8");
+    host_check_k<KTQ<1>>("tq-mse:1");
+    host_check_k<KTQ<2>>("tq-mse:2");
+    host_check_k<KTQ<4>>("tq-mse:4");
+    host_check_k<KRVQ<1>>("rvq:1");
+    host_check_k<KRVQ<2>>("rvq:2");
+    host_check_k<KRVQ<4>>("rvq:4");
+    host_check_k<KTP<1>>("tq-prod:2");
+    host_check_k<KTP<2>>("tq-prod:3");
+    host_check_k<KTP<4>>("tq-prod:5");
+    host_check_k<KQJL>("qjl");
+    host_check_v<VF16>("f16");
+    host_check_v<VQ8>("q8");
+    host_check_v<VTQ<1>>("tq-mse:1");
+    host_check_v<VTQ<2>>("tq-mse:2");
+    host_check_v<VTQ<4>>("tq-mse:4");
+    host_check_v<VRVQ<1>>("rvq:1");
+    host_check_v<VRVQ<2>>("rvq:2");
+    host_check_v<VRVQ<4>>("rvq:4");
+}
+
+/* ---- part 2: device checks ----------------------------------------------------- */
+static void fill_rows(Rng &r, std::vector<float> &x, size_t n, int d) {
+    x.resize(n * d);
+    for (size_t i = 0; i < n; i++) {
+        float *v = &x[i * d];
+        const int kind = (int)(i % 17);
+        const double mag = exp(2.0 * r.uni() - 1.0);
+        for (int c = 0; c < d; c++) v[c] = (float)(r.gauss() * mag);
+        if (kind == 3) memset(v, 0, d * sizeof(float));                     /* zero row */
+        if (kind == 5) v[(int)(r.uni() * d)] = 100.f;                        /* one dominant channel */
+        if (kind == 7) for (int c = 0; c < d; c++) v[c] = 0.25f;             /* constant */
+        if (kind == 11) for (int c = 0; c < d; c++) v[c] *= 1e-20f;          /* tiny */
+        if (kind == 13) for (int c = 0; c < d; c++) v[c] = (float)(r.uni() < 0.5 ? -1 : 1); /* +-1 */
+    }
+}
+
+static int test_encode(bool quick) {
+    static const char *specs[] = {"q8", "f16", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:5",
+                                  "tq-mse:8", "tq-mse:4+scale32", "tq-mse:3+scale=norm", "tq-mse:2+cb=gauss",
+                                  "tq-mse:4+norot", "tq-prod:2", "tq-prod:3", "tq-prod:5", "qjl", "qjl:64",
+                                  "rvq:1", "rvq:2", "rvq:3", "rvq:4", "rvq:2+scale32"};
+    static const int dims[] = {32, 64, 128, 256, 512};
+    static const size_t counts[] = {1, 37, 1003};
+    long long total = 0, mism = 0, mism_best = 0;
+    Rng r{1234};
+    for (const char *spec : specs)
+        for (int d : dims) {
+            if (quick && d != 128) continue;
+            kvq_plan *p, *ps;
+            if (kvq_plan_create(&p, spec, d, 99, NULL, 0)) continue;
+            OK(kvq_plan_clone_isa(&ps, p, KVQ_ISA_SCALAR));
+            kvq_cuda_plan *cp;
+            int rc = kvq_cuda_plan_create(&cp, p);
+            EXPECT(rc == 0, "cuda plan %s d=%d: %s", spec, d, kvq_strerror(rc));
+            if (rc) {
+                kvq_plan_free(p);
+                kvq_plan_free(ps);
+                continue;
+            }
+            const size_t cb = kvq_plan_code_bytes(p);
+            for (size_t n : counts)
+                for (int f16in = 0; f16in < 2; f16in++) {
+                    std::vector<float> x;
+                    fill_rows(r, x, n, d);
+                    std::vector<uint16_t> xh(n * d);
+                    for (size_t i = 0; i < n * (size_t)d; i++) xh[i] = kvq_f32_to_f16(x[i]);
+                    const void *hin = f16in ? (const void *)xh.data() : (const void *)x.data();
+                    const size_t ib = n * d * (f16in ? 2 : 4);
+                    kvq_dtype dt = f16in ? KVQ_DTYPE_F16 : KVQ_DTYPE_F32;
+                    std::vector<uint8_t> ref(n * cb), best(n * cb), got(n * cb);
+                    OK(kvq_encode(ps, hin, dt, n, ref.data()));
+                    OK(kvq_encode(p, hin, dt, n, best.data()));
+                    void *dx, *dc;
+                    int *dst;
+                    CU(cudaMalloc(&dx, ib));
+                    CU(cudaMalloc(&dc, n * cb));
+                    CU(cudaMalloc(&dst, 4));
+                    CU(cudaMemcpy(dx, hin, ib, cudaMemcpyHostToDevice));
+                    CU(cudaMemset(dc, 0xA5, n * cb));
+                    CU(cudaMemset(dst, 0, 4));
+                    OK(kvq_cuda_encode(cp, dx, dt, n, dc, dst, NULL));
+                    int st = -1;
+                    CU(cudaMemcpy(got.data(), dc, n * cb, cudaMemcpyDeviceToHost));
+                    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+                    EXPECT(st == 0, "%s d=%d n=%zu: device status %d", spec, d, n, st);
+                    long long m = 0, mb = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        if (memcmp(&got[i * cb], &ref[i * cb], cb)) {
+                            if (m++ < 2) {
+                                size_t j = 0;
+                                while (got[i * cb + j] == ref[i * cb + j]) j++;
+                                fprintf(stderr, "  %s d=%d f16in=%d row %zu byte %zu: got %02x want %02x\n", spec, d,
+                                        f16in, i, j, got[i * cb + j], ref[i * cb + j]);
+                            }
+                        }
+                        mb += memcmp(&got[i * cb], &best[i * cb], cb) != 0;
+                    }
+                    total += n;
+                    mism += m;
+                    mism_best += mb;
+                    const bool exact = !strncmp(spec, "q8", 2) || !strncmp(spec, "f16", 3);
+                    EXPECT(m == 0 || (!exact && m * 1000 <= (long long)n), "%s d=%d n=%zu f16in=%d: %lld of %zu records differ",
+                           spec, d, n, f16in, m, n);
+                    CU(cudaFree(dx));
+                    CU(cudaFree(dc));
+                    CU(cudaFree(dst));
+                }
+            kvq_cuda_plan_free(cp);
+            kvq_plan_free(p);
+            kvq_plan_free(ps);
+        }
+    printf("encode: %lld records, %lld differ from the scalar reference, %lld from the best-ISA CPU plan\n", total,
+           mism, mism_best);
+    /* errors: NaN and a scale beyond f16 */
+    {
+        kvq_plan *p;
+        OK(kvq_plan_create(&p, "tq-mse:4", 128, 1, NULL, 0));
+        kvq_cuda_plan *cp;
+        OK(kvq_cuda_plan_create(&cp, p));
+        std::vector<float> x(3 * 128, 1.0f);
+        x[128 + 5] = NAN;
+        for (int c = 0; c < 128; c++) x[256 + c] = 1e30f;
+        float *dx;
+        uint8_t *dc;
+        int *dst, st;
+        CU(cudaMalloc(&dx, x.size() * 4));
+        CU(cudaMalloc(&dc, 3 * 66));
+        CU(cudaMalloc(&dst, 4));
+        CU(cudaMemcpy(dx, x.data(), 128 * 4 * 2, cudaMemcpyHostToDevice));
+        CU(cudaMemset(dst, 0, 4));
+        OK(kvq_cuda_encode(cp, dx, KVQ_DTYPE_F32, 2, dc, dst, NULL));
+        CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+        EXPECT(st == KVQ_ERR_NONFINITE, "NaN row: status %d", st);
+        CU(cudaMemcpy(dx, x.data() + 256, 128 * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemset(dst, 0, 4));
+        OK(kvq_cuda_encode(cp, dx, KVQ_DTYPE_F32, 1, dc, dst, NULL));
+        CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+        EXPECT(st == KVQ_ERR_RANGE, "huge row: status %d", st);
+        CU(cudaFree(dx));
+        CU(cudaFree(dc));
+        CU(cudaFree(dst));
+        kvq_cuda_plan_free(cp);
+        kvq_plan_free(p);
+        kvq_plan *pp;
+        OK(kvq_plan_create(&pp, "polar", 128, 1, NULL, 0));
+        EXPECT(kvq_cuda_plan_create(&cp, pp) == KVQ_ERR_UNSUPPORTED, "polar should be unsupported");
+        kvq_plan_free(pp);
+    }
+    return 0;
+}
+
+/* ---- attention --------------------------------------------------------------- */
+struct AttnCase {
+    const char *k, *v;
+    int H, HQ, P, W;
+    std::vector<int> main_len, win_len;
+};
+
+/* record t of head h from field-major pages */
+static void get_record(const std::vector<uint8_t> &pages, const kvq_layout &L, size_t page_bytes, size_t kv_off,
+                       int H, int P, int page, int h, int s, uint8_t *rec) {
+    const uint8_t *run = &pages[(size_t)page * page_bytes + kv_off + (size_t)h * P * L.bytes];
+    for (int f = 0; f < L.nfield; f++)
+        memcpy(rec + L.off[f], run + kvq_layout_page_offset(&L, f, P, s, 0), L.size[f]);
+}
+
+static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
+    const int H = tc.H, HQ = tc.HQ, G = HQ / H, P = tc.P, W = tc.W;
+    const int n_seq = (int)tc.main_len.size();
+    Rng r{seed};
+    kvq_plan *kp, *vp;
+    OK(kvq_plan_create(&kp, tc.k, D, seed + 1, NULL, 0));
+    OK(kvq_plan_create(&vp, tc.v, D, seed + 2, NULL, 0));
+    kvq_cuda_plan *ckp, *cvp;
+    OK(kvq_cuda_plan_create(&ckp, kp));
+    OK(kvq_cuda_plan_create(&cvp, vp));
+    kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+    kvq_cuda_layer *layer;
+    OK(kvq_cuda_layer_create(&layer, &cfg));
+    const size_t page_bytes = kvq_cuda_layer_page_bytes(layer);
+    const size_t kb = kvq_plan_code_bytes(kp), vb = kvq_plan_code_bytes(vp);
+    /* pages: every sequence's pages, shuffled in the pool */
+    int max_len = 0, max_pages = 1, n_pages = 0;
+    for (int s = 0; s < n_seq; s++) {
+        max_len = tc.main_len[s] > max_len ? tc.main_len[s] : max_len;
+        const int np = (tc.main_len[s] + P - 1) / P;
+        max_pages = np > max_pages ? np : max_pages;
+        n_pages += np;
+    }
+    std::vector<int> perm(n_pages + 1);
+    for (int i = 0; i <= n_pages; i++) perm[i] = i;
+    for (int i = n_pages; i > 0; i--) std::swap(perm[i], perm[(int)(r.uni() * (i + 1))]);
+    std::vector<int32_t> bt((size_t)n_seq * max_pages, -1);
+    int next = 0;
+    for (int s = 0; s < n_seq; s++)
+        for (int i = 0; i < (tc.main_len[s] + P - 1) / P; i++) bt[(size_t)s * max_pages + i] = perm[next++];
+    const size_t pool = (size_t)(n_pages + 1) * page_bytes;
+    /* tokens: K/V rows, stored with the GPU encoder */
+    std::vector<std::vector<float>> K(n_seq), V(n_seq);
+    uint8_t *dpages;
+    CU(cudaMalloc(&dpages, pool));
+    CU(cudaMemset(dpages, 0x7f, pool)); /* garbage beyond the written slots */
+    int *dst_dev;
+    CU(cudaMalloc(&dst_dev, 4));
+    CU(cudaMemset(dst_dev, 0, 4));
+    const size_t wbytes = kvq_cuda_layer_window_bytes(layer, n_seq);
+    uint8_t *dwin = NULL;
+    if (W) {
+        CU(cudaMalloc(&dwin, wbytes));
+        CU(cudaMemset(dwin, 0x7f, wbytes));
+    }
+    for (int s = 0; s < n_seq; s++) {
+        const int n = tc.main_len[s] + (W ? tc.win_len[s] : 0);
+        K[s].resize((size_t)n * H * D);
+        V[s].resize((size_t)n * H * D);
+        for (int t = 0; t < n; t++) {
+            const double km = exp(r.uni() - 0.5);
+            for (int i = 0; i < H * D; i++) {
+                K[s][(size_t)t * H * D + i] = (float)(r.gauss() * km);
+                V[s][(size_t)t * H * D + i] = (float)r.gauss();
+            }
+        }
+        const int nm = tc.main_len[s];
+        if (nm) {
+            std::vector<int32_t> slots(nm);
+            for (int t = 0; t < nm; t++) slots[t] = bt[(size_t)s * max_pages + t / P] * P + t % P;
+            float *dx;
+            int32_t *dslot;
+            CU(cudaMalloc(&dx, (size_t)nm * H * D * 4));
+            CU(cudaMalloc(&dslot, nm * 4));
+            CU(cudaMemcpy(dslot, slots.data(), nm * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, K[s].data(), (size_t)nm * H * D * 4, cudaMemcpyHostToDevice));
+            OK(kvq_cuda_store_pages(layer, 0, dpages, dx, KVQ_DTYPE_F32, nm, dslot, dst_dev, NULL));
+            CU(cudaMemcpy(dx, V[s].data(), (size_t)nm * H * D * 4, cudaMemcpyHostToDevice));
+            OK(kvq_cuda_store_pages(layer, 1, dpages, dx, KVQ_DTYPE_F32, nm, dslot, dst_dev, NULL));
+            CU(cudaDeviceSynchronize());
+            CU(cudaFree(dx));
+            CU(cudaFree(dslot));
+        }
+        if (W && tc.win_len[s]) {
+            const int nw = tc.win_len[s];
+            std::vector<int32_t> sq(nw, s), pos(nw);
+            for (int t = 0; t < nw; t++) pos[t] = nm + t;
+            float *dx;
+            int32_t *dsq, *dpos;
+            CU(cudaMalloc(&dx, (size_t)nw * H * D * 4));
+            CU(cudaMalloc(&dsq, nw * 4));
+            CU(cudaMalloc(&dpos, nw * 4));
+            CU(cudaMemcpy(dsq, sq.data(), nw * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dpos, pos.data(), nw * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, &K[s][(size_t)nm * H * D], (size_t)nw * H * D * 4, cudaMemcpyHostToDevice));
+            OK(kvq_cuda_store_window(layer, 0, dwin, dx, KVQ_DTYPE_F32, nw, dsq, dpos, dst_dev, NULL));
+            CU(cudaMemcpy(dx, &V[s][(size_t)nm * H * D], (size_t)nw * H * D * 4, cudaMemcpyHostToDevice));
+            OK(kvq_cuda_store_window(layer, 1, dwin, dx, KVQ_DTYPE_F32, nw, dsq, dpos, dst_dev, NULL));
+            CU(cudaDeviceSynchronize());
+            CU(cudaFree(dx));
+            CU(cudaFree(dsq));
+            CU(cudaFree(dpos));
+        }
+    }
+    int st;
+    CU(cudaMemcpy(&st, dst_dev, 4, cudaMemcpyDeviceToHost));
+    EXPECT(st == 0, "store status %d", st);
+    /* queries and the GPU result */
+    std::vector<float> q((size_t)n_seq * HQ * D), out(q.size(), NAN);
+    for (auto &v : q) v = (float)r.gauss();
+    float *dq, *dout;
+    int32_t *dbt, *dml, *dwl;
+    CU(cudaMalloc(&dq, q.size() * 4));
+    CU(cudaMalloc(&dout, q.size() * 4));
+    CU(cudaMalloc(&dbt, bt.size() * 4));
+    CU(cudaMalloc(&dml, n_seq * 4));
+    CU(cudaMalloc(&dwl, n_seq * 4));
+    CU(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(dout, 0xff, q.size() * 4)); /* NaN poison */
+    CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dml, tc.main_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
+    if (W) CU(cudaMemcpy(dwl, tc.win_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
+    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len};
+    const float scale = 1.0f / sqrtf((float)D);
+    OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<uint8_t> pages(pool);
+    CU(cudaMemcpy(pages.data(), dpages, pool, cudaMemcpyDeviceToHost));
+    /* CPU reference on the same bytes */
+    kvq_plan_tables kt, vt;
+    OK(kvq_plan_export(kp, &kt));
+    OK(kvq_plan_export(vp, &vt));
+    const kvq_layout KL = kvq_layout_make(kt.kind, D, kt.bits, kt.m, kt.scale_bytes);
+    const kvq_layout VL = kvq_layout_make(vt.kind, D, vt.bits, vt.m, vt.scale_bytes);
+    double worst = 0;
+    const size_t qf = kvq_plan_query_floats(kp);
+    for (int s = 0; s < n_seq; s++) {
+        const int nm = tc.main_len[s], nw = W ? tc.win_len[s] : 0;
+        for (int h = 0; h < H; h++) {
+            std::vector<uint8_t> krec((size_t)nm * kb), vrec((size_t)nm * vb);
+            for (int t = 0; t < nm; t++) {
+                const int page = bt[(size_t)s * max_pages + t / P];
+                get_record(pages, KL, page_bytes, 0, H, P, page, h, t % P, &krec[(size_t)t * kb]);
+                get_record(pages, VL, page_bytes, (size_t)H * P * kb, H, P, page, h, t % P, &vrec[(size_t)t * vb]);
+            }
+            for (int gq = 0; gq < G; gq++) {
+                const int hq = h * G + gq;
+                std::vector<float> qs(D), qp(qf), sc(nm + nw);
+                for (int c = 0; c < D; c++) qs[c] = q[((size_t)s * HQ + hq) * D + c] * scale;
+                OK(kvq_query_prepare(kp, qs.data(), qp.data()));
+                if (nm) OK(kvq_score(kp, qp.data(), 1, krec.data(), nm, sc.data()));
+                for (int t = 0; t < nw; t++) {
+                    double a = 0;
+                    for (int c = 0; c < D; c++)
+                        a += (double)qs[c] * f16r(K[s][((size_t)(nm + t) * H + h) * D + c]);
+                    sc[nm + t] = (float)a;
+                }
+                double M = -INFINITY, L = 0;
+                for (int i = 0; i < nm + nw; i++) M = fmax(M, sc[i]);
+                std::vector<float> pr(nm + nw);
+                for (int i = 0; i < nm + nw; i++) L += (pr[i] = (float)exp(sc[i] - M));
+                std::vector<float> acc(D, 0.f), o(D, 0.f);
+                if (nm) {
+                    OK(kvq_accumulate(vp, pr.data(), 1, vrec.data(), nm, acc.data()));
+                    OK(kvq_unrotate(vp, acc.data(), o.data()));
+                }
+                double num = 0, den = 0;
+                for (int c = 0; c < D; c++) {
+                    double ref = o[c];
+                    for (int t = 0; t < nw; t++) ref += pr[nm + t] * (double)f16r(V[s][((size_t)(nm + t) * H + h) * D + c]);
+                    ref = L > 0 ? ref / L : 0;
+                    const double got = out[((size_t)s * HQ + hq) * D + c];
+                    num += (got - ref) * (got - ref);
+                    den += ref * ref;
+                    if (!(got == got)) num = INFINITY;
+                }
+                const double rel = nm + nw == 0 ? sqrt(num) : sqrt(num / (den > 0 ? den : 1e-30));
+                if (rel > worst) worst = rel;
+            }
+        }
+    }
+    if (verbose) {
+        printf("  attn k=%-10s v=%-10s H=%d HQ=%2d P=%3d W=%2d seqs=%d max_len=%6d: max rel err %.2e\n", tc.k, tc.v, H,
+               HQ, P, W, n_seq, max_len, worst);
+        fflush(stdout);
+    }
+    EXPECT(worst <= 1e-3, "attention k=%s v=%s HQ=%d: rel err %.3e", tc.k, tc.v, HQ, worst);
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dbt);
+    cudaFree(dml);
+    cudaFree(dwl);
+    cudaFree(dpages);
+    cudaFree(dwin);
+    cudaFree(dst_dev);
+    kvq_cuda_layer_free(layer);
+    kvq_cuda_plan_free(ckp);
+    kvq_cuda_plan_free(cvp);
+    kvq_plan_free(kp);
+    kvq_plan_free(vp);
+    return worst;
+}
+
+static void test_attention(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    const std::vector<int> lens0(lens.size(), 0);
+    struct {
+        const char *k, *v;
+    } pairs[] = {{"f16", "f16"},         {"q8", "q8"},           {"tq-mse:4", "tq-mse:4"}, {"tq-mse:2", "tq-mse:2"},
+                 {"tq-mse:1", "tq-mse:1"}, {"rvq:1", "rvq:1"},   {"rvq:2", "rvq:2"},       {"rvq:4", "rvq:4"},
+                 {"tq-prod:2", "tq-mse:1"}, {"tq-prod:3", "tq-mse:2"}, {"tq-prod:5", "tq-mse:4"}, {"qjl", "tq-mse:4"},
+                 {"tq-mse:4", "q8"},       {"q8", "tq-mse:4"},   {"f16", "tq-mse:2"},      {"tq-mse:4", "f16"},
+                 {"tq-mse:4+norot", "tq-mse:4+norot"}, {"tq-mse:4", "rvq:2"}, {"rvq:2", "q8"}};
+    uint64_t seed = 100;
+    int i = 0;
+    for (auto &pr : pairs) {
+        const int HQs[] = {8, 6, 2, 16};
+        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0, lens, wl};
+        if (quick && i > 4) break;
+        run_attn_case(tc, seed++, true);
+        i++;
+    }
+    /* grouped-query shapes, window only, long contexts (many chunks) */
+    AttnCase g12 = {"tq-mse:4", "tq-mse:4", 2, 24, 64, 16, {33, 700}, {16, 3}};
+    run_attn_case(g12, seed++, true);
+    AttnCase g1 = {"tq-mse:2", "tq-mse:2", 3, 3, 32, 0, {129, 64, 1}, {}};
+    run_attn_case(g1, seed++, true);
+    AttnCase wonly = {"q8", "tq-mse:4", 1, 4, 16, 64, {0, 0}, {64, 17}};
+    run_attn_case(wonly, seed++, true);
+    if (!quick) {
+        AttnCase big = {"tq-mse:4", "tq-mse:4", 8, 32, 256, 128, {32768, 4097}, {128, 100}};
+        run_attn_case(big, seed++, true);
+        AttnCase bigf = {"f16", "f16", 8, 32, 256, 0, {20000}, {}};
+        run_attn_case(bigf, seed++, true);
+    }
+}
+
+int main(int argc, char **argv) {
+    bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    host_checks();
+    printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
+    if (kvq_cuda_device_count() <= 0) {
+        printf("test_cuda: no CUDA device, device checks skipped\n");
+        return g_fail ? 1 : 77;
+    }
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+    test_encode(quick);
+    test_attention(quick);
+    printf("test_cuda: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
