@@ -135,6 +135,7 @@ int cmd_run(int argc, char **argv) {
     if ((rc = kvq_model_load(&m, o.model, err, sizeof err))) { fprintf(stderr, "kvq run: %s\n", err); return 1; }
     if ((rc = kvq_tok_create_from_gguf(&tok, m->gguf))) {
         fprintf(stderr, "kvq run: tokenizer: %s\n", kvq_strerror(rc));
+        rc = 0;
         goto done;
     }
     /* prompt text */
@@ -143,11 +144,12 @@ int cmd_run(int argc, char **argv) {
         size_t need = 0;
         char probe[1];
         rc = kvq_tok_chat_format(tok, m->cfg.arch_name, o.system, o.prompt, probe, sizeof probe, &need);
-        if (rc && rc != KVQ_ERR_RANGE) { fprintf(stderr, "kvq run: --chat: %s\n", kvq_strerror(rc)); goto done; }
+        if (rc && rc != KVQ_ERR_RANGE) { fprintf(stderr, "kvq run: --chat: %s\n", kvq_strerror(rc)); rc = 0; goto done; }
         text = malloc(need + 1);
         if (!text) goto done;
         if ((rc = kvq_tok_chat_format(tok, m->cfg.arch_name, o.system, o.prompt, text, need + 1, &need))) {
             fprintf(stderr, "kvq run: --chat: %s\n", kvq_strerror(rc));
+            rc = 0;
             goto done;
         }
         ptext = text;
@@ -163,7 +165,7 @@ int cmd_run(int argc, char **argv) {
         cap = n_prompt;
         rc = kvq_tok_encode(tok, ptext, strlen(ptext), 1, o.chat, ids, cap, &n_prompt);
     }
-    if (rc) { fprintf(stderr, "kvq run: tokenize: %s\n", kvq_strerror(rc)); goto done; }
+    if (rc) { fprintf(stderr, "kvq run: tokenize: %s\n", kvq_strerror(rc)); rc = 0; goto done; }
     if (n_prompt == 0) { fprintf(stderr, "kvq run: the prompt has no tokens\n"); goto done; }
 
     kvq_session_params p = kvq_session_default_params();
@@ -179,10 +181,12 @@ int cmd_run(int argc, char **argv) {
     if ((rc = kvq_session_create(&s, m, &p, pool))) {
         fprintf(stderr, "kvq run: cache policy k=%s v=%s: %s\n", o.ck ? o.ck : "f16", o.cv ? o.cv : "f16",
                 kvq_strerror(rc));
+        rc = 0;
         goto done;
     }
     if ((rc = kvq_sampler_init(&smp, &o.sp, (size_t)m->cfg.n_vocab))) {
         fprintf(stderr, "kvq run: sampler: %s\n", kvq_strerror(rc));
+        rc = 0;
         goto done;
     }
     logits = malloc(sizeof(float) * (size_t)m->cfg.n_vocab);
