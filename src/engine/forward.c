@@ -287,6 +287,7 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
         if ((rc = kvq_cache_append(S->cache, l, s->k, s->v, (size_t)ntok))) return rc;
         if ((rc = kvq_cache_attend(S->cache, l, s->q, (size_t)ntok, c->n_head, S->pos, c->attn_scale, s->att, S->pool)))
             return rc;
+        if (S->p.attn_hook) S->p.attn_hook(S->p.attn_hook_user, l, S->pos, s->att, (size_t)ntok, Q);
         if ((rc = matmul(S, &L->wo, s->att, ntok, s->proj))) return rc;
         if ((rc = step(S, l, STEP_ATTN_RESID, ntok))) return rc;
         /* feed-forward */

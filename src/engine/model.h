@@ -108,6 +108,10 @@ typedef struct kvq_session kvq_session;
 /* Called after each layer's K/V are computed (keys after RoPE), before they
  * enter the cache: k and v are (ntok, n_head_kv * head_dim). */
 typedef void (*kvq_kv_hook)(void *user, int layer, size_t pos0, const float *k, const float *v, size_t ntok);
+/* Called after each layer's attention output is computed from the cache (before
+ * the output projection): attn_out is (ntok, width), width = n_head * head_dim,
+ * for positions pos0 .. pos0+ntok-1 (used by kvq kld for per-layer errors). */
+typedef void (*kvq_attn_hook)(void *user, int layer, size_t pos0, const float *attn_out, size_t ntok, int width);
 
 typedef struct kvq_session_params {
     const char *k_spec, *v_spec;  /* cache methods (NULL = f16) */
@@ -121,6 +125,8 @@ typedef struct kvq_session_params {
     int f32_acts;                 /* 1: quantized weights dotted with f32 activations (no q8 rounding) */
     kvq_kv_hook kv_hook;
     void *kv_hook_user;
+    kvq_attn_hook attn_hook;      /* optional (NULL = none) */
+    void *attn_hook_user;
 } kvq_session_params;
 
 /* Defaults: f16 cache, no window, n_batch 256, best kernels, q8 activations. */
