@@ -405,6 +405,16 @@ int gguf_open(gguf_file **out, const char *path) {
 
 void gguf_close(gguf_file *g) { release(g); }
 
+void gguf_prefault(const gguf_file *g) {
+    if (!g || !g->mapped) return;
+#ifdef MADV_POPULATE_READ
+    if (madvise((void *)g->base, (size_t)g->size, MADV_POPULATE_READ) == 0) return;
+#endif
+    volatile uint8_t sink = 0;
+    for (uint64_t off = 0; off < g->size; off += 4096) sink ^= g->base[off];
+    (void)sink;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Accessors                                                                */
 /* ------------------------------------------------------------------------ */

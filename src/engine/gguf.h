@@ -97,6 +97,12 @@ int gguf_open(gguf_file **out, const char *path);
 int gguf_open_buffer(gguf_file **out, const void *data, size_t size);
 /* Unmaps and frees (NULL allowed). */
 void gguf_close(gguf_file *g);
+/*
+ * Maps every page of a mapped file now (MADV_POPULATE_READ, else one read
+ * per page), so that the first forward pass does not pay the page faults.
+ * A hint: errors are ignored.
+ */
+void gguf_prefault(const gguf_file *g);
 
 uint32_t gguf_version(const gguf_file *g);
 uint32_t gguf_alignment(const gguf_file *g);

@@ -293,6 +293,7 @@ int kvq_model_load(kvq_model **out, const char *path, char *err, size_t err_cap)
     if (rc) return fail(err, err_cap, rc, "%s: %s", path, kvq_strerror(rc));
     rc = kvq_model_from_gguf(out, g, err, err_cap);
     if (rc) gguf_close(g);
+    else gguf_prefault(g);
     return rc;
 }
 

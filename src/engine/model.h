@@ -86,8 +86,8 @@ typedef struct kvq_model {
 } kvq_model;
 
 /*
- * Loads a model: maps the file, reads the hyperparameters and checks every
- * tensor's presence, shape and type. Errors: KVQ_ERR_IO, KVQ_ERR_FORMAT /
+ * Loads a model: maps the file (prefaulting its pages), reads the
+ * hyperparameters and checks every tensor's presence, shape and type. Errors: KVQ_ERR_IO, KVQ_ERR_FORMAT /
  * KVQ_ERR_TRUNCATED (bad file or missing/misshaped tensor),
  * KVQ_ERR_UNSUPPORTED (architecture or weight type), KVQ_ERR_NOMEM.
  * err (may be NULL) receives a one-line reason.
