@@ -284,6 +284,18 @@ void kvq_cache_clear(kvq_cache *cache);
 size_t kvq_cache_memory_bytes(const kvq_cache *cache);
 /* Bytes one token costs across all layers once it is compressed (K+V). */
 size_t kvq_cache_bytes_per_token(const kvq_cache *cache);
+/*
+ * Memory planning (the cache's contents are not used, only its
+ * configuration): the bytes kvq_cache_memory_bytes() reports once n_tokens
+ * positions were appended to every layer of an empty cache of this
+ * configuration in batches of `batch` tokens (the last one shorter; 0 = one
+ * batch). *at: after the last append; *peak (may be NULL): the most it
+ * reported after any of those appends (sliding-window layers drop and
+ * recycle pages). Exact (same page, spare and ring rules as the cache);
+ * O(1) without sliding-window layers, else O(n_tokens / batch). Errors:
+ * KVQ_ERR_NULL, KVQ_ERR_OVERFLOW (does not fit in size_t), KVQ_ERR_NOMEM.
+ */
+int kvq_cache_memory_plan(const kvq_cache *cache, size_t n_tokens, size_t batch, size_t *at, size_t *peak);
 
 /* ------------------------------------------------------------------------ */
 /* Vector files (raw K/V dumps for codec-bench / attn-bench), docs/FORMAT.md */
