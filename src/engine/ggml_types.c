@@ -469,6 +469,8 @@ void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, vo
 /* Weight rows per task: small enough to balance threads, large enough
  * that a task's weight rows stay in L1/L2 while all activation rows pass. */
 #define ROWS_PER_TASK_MIN 8
+/* Weight bytes of one task when several activation tiles reuse them. */
+#define TASK_WEIGHT_BYTES (96 * 1024)
 
 typedef struct {
     const ggml_kernels *k;
@@ -565,10 +567,13 @@ int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *
         A->q8_ready = 1;
     }
     int64_t total = j.row0[nm];
-    /* about 4 tasks per thread for balance, rounded to whole groups */
+    /* about 4 tasks per thread for balance; and a task's weight rows must
+     * stay in L2 while every activation tile passes over them (else each
+     * tile streams the whole matrix from memory again) */
     int64_t per = (total + 4 * nth - 1) / (4 * nth);
+    int64_t fit = (int64_t)(TASK_WEIGHT_BYTES / (W[0]->row_bytes ? W[0]->row_bytes : 1));
+    if (A->ntok > GGML_MAX_NX && per > fit) per = fit;
     if (per < ROWS_PER_TASK_MIN) per = ROWS_PER_TASK_MIN;
-    if (nth == 1) per = total;
     j.rows_per_task = per;
     int ntasks = (int)((total + per - 1) / per);
     return kvq_pool_run(pool, mm_task, &j, ntasks);
