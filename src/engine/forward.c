@@ -333,7 +333,13 @@ int kvq_session_eval(kvq_session *S, const int32_t *tokens, size_t n, float *log
         if (logits && all_logits) lg = logits + done * V;
         else if (logits && last) lg = logits;
         int rc = forward_chunk(S, tokens + done, ntok, lg, all_logits);
-        if (rc) { S->pos = pos0; return rc; }
+        if (rc) {
+            /* drop what layers appended; fails only if a sliding window
+             * already dropped positions pos0 needs (then discard the session) */
+            S->pos = pos0;
+            (void)kvq_cache_truncate(S->cache, pos0);
+            return rc;
+        }
         S->pos += (size_t)ntok;
         done += (size_t)ntok;
     }

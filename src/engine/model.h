@@ -146,8 +146,10 @@ void kvq_session_free(kvq_session *s);
  * (all_logits ? n : 1) x n_vocab floats: every position's, or the last one's.
  * Errors: KVQ_ERR_INVALID_ARG (token id out of range, n == 0), cache errors
  * (e.g. KVQ_ERR_RANGE if a value does not fit the f16 cache). On error the
- * session's position is unchanged but layers may hold part of the batch: call
- * kvq_session_truncate(s, kvq_session_pos(s)) to drop it.
+ * session's position is unchanged and the cache is truncated back to it;
+ * that can only fail when a sliding-window layer already dropped positions
+ * the next query needs (then kvq_session_truncate returns KVQ_ERR_STATE and
+ * the session should be discarded).
  */
 int kvq_session_eval(kvq_session *s, const int32_t *tokens, size_t n, float *logits, int all_logits);
 
