@@ -1,0 +1,415 @@
+/* Helpers shared by the quality evaluation subcommands (eval_util.h). */
+#include "eval_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/tok_gguf.h"
+#include "tools.h"
+
+/* ------------------------------------------------------------------------ */
+/* Model, tokenizer, pool                                                    */
+/* ------------------------------------------------------------------------ */
+int eval_env_open(eval_env *e, const char *tool, const char *model_path, int threads) {
+    memset(e, 0, sizeof *e);
+    e->tool = tool;
+    e->threads = threads;
+    if (!model_path) {
+        if (tool_default_model(e->model_buf, sizeof e->model_buf, 1)) {
+            fprintf(stderr, "kvq %s: no -m given and the default model could not be installed "
+                            "(bash scripts/fetch-models.sh)\n", tool);
+            return -1;
+        }
+        model_path = e->model_buf;
+    }
+    e->model_path = model_path;
+    char err[256] = "";
+    int rc = kvq_model_load(&e->m, model_path, err, sizeof err);
+    if (rc) { fprintf(stderr, "kvq %s: %s\n", tool, err[0] ? err : kvq_strerror(rc)); return -1; }
+    if ((rc = kvq_tok_create_from_gguf(&e->tok, e->m->gguf))) {
+        fprintf(stderr, "kvq %s: tokenizer: %s\n", tool, kvq_strerror(rc));
+        eval_env_close(e);
+        return -1;
+    }
+    if ((rc = kvq_pool_create(&e->pool, threads))) {
+        fprintf(stderr, "kvq %s: thread pool: %s\n", tool, kvq_strerror(rc));
+        eval_env_close(e);
+        return -1;
+    }
+    int32_t ids[8];
+    size_t n = 0;
+    int32_t bos = kvq_tok_bos(e->tok);
+    e->add_bos = bos >= 0 && kvq_tok_encode(e->tok, "a", 1, 1, 0, ids, 8, &n) == KVQ_OK && n > 0 && ids[0] == bos;
+    return 0;
+}
+
+void eval_env_close(eval_env *e) {
+    kvq_pool_free(e->pool);
+    kvq_tok_free(e->tok);
+    kvq_model_free(e->m);
+    e->pool = NULL;
+    e->tok = NULL;
+    e->m = NULL;
+}
+
+int eval_model_has_chat(const eval_env *e) {
+    return gguf_find_kv(e->m->gguf, "tokenizer.chat_template") != NULL;
+}
+
+const char *eval_basename(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+char *eval_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+        if (n == cap) {
+            char *b = realloc(buf, (cap *= 2) + 1);
+            if (!b) { free(buf); buf = NULL; errno = ENOMEM; }
+            else buf = b;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return NULL;
+    if (bad) { free(buf); errno = EIO; return NULL; }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int eval_tokenize(const kvq_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
+                  int32_t **ids, size_t *n) {
+    size_t cap = len / 2 + 16, need = 0;
+    int32_t *buf = malloc(sizeof(int32_t) * cap);
+    if (!buf) return KVQ_ERR_NOMEM;
+    int rc = kvq_tok_encode(t, text, len, add_special, parse_special, buf, cap, &need);
+    if (rc == KVQ_ERR_RANGE) {
+        free(buf);
+        cap = need;
+        buf = malloc(sizeof(int32_t) * (cap ? cap : 1));
+        if (!buf) return KVQ_ERR_NOMEM;
+        rc = kvq_tok_encode(t, text, len, add_special, parse_special, buf, cap, &need);
+    }
+    if (rc) { free(buf); return rc; }
+    *ids = buf;
+    *n = need;
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+/* ------------------------------------------------------------------------ */
+void eval_common_init(eval_common *c) {
+    memset(c, 0, sizeof *c);
+    c->threads = 2;
+    tool_policy_init(&c->single);
+}
+
+int eval_common_option(eval_common *c, const char *tool, int argc, char **argv, int i) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--json")) { c->json = 1; return 1; }
+    char err[256] = "";
+    const char *opt = !strcmp(a, "--compress-sliding") ? "--kv-compress-sliding" : a;
+    int r = tool_policy_option(&c->single, opt, v, err, sizeof err);
+    if (r < 0) { fprintf(stderr, "kvq %s: %s\n", tool, err); return -1; }
+    if (r > 0) { c->single_set = 1; return r; }
+    int known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--threads") || !strcmp(a, "--acts") ||
+                !strcmp(a, "--seed") || !strcmp(a, "--policies");
+    if (!known) return 0;
+    if (!v) { fprintf(stderr, "kvq %s: %s needs a value\n", tool, a); return -1; }
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model = v;
+    else if (!strcmp(a, "--threads")) {
+        c->threads = atoi(v);
+        if (c->threads < 1 || c->threads > 256) { fprintf(stderr, "kvq %s: bad --threads\n", tool); return -1; }
+    } else if (!strcmp(a, "--acts")) {
+        if (strcmp(v, "q8") && strcmp(v, "f32")) { fprintf(stderr, "kvq %s: --acts q8 or f32\n", tool); return -1; }
+        c->f32_acts = !strcmp(v, "f32");
+    } else if (!strcmp(a, "--seed")) c->seed = strtoull(v, NULL, 10);
+    else {
+        int n = tool_policy_list(v, c->list, EVAL_MAX_POLICIES, err, sizeof err);
+        if (n < 0) { fprintf(stderr, "kvq %s: --policies: %s\n", tool, err); return -1; }
+        c->n_list = n;
+    }
+    return 2;
+}
+
+int eval_common_policies(const eval_common *c, tool_policy *out, int max) {
+    int n = 0;
+    if (c->n_list) {
+        for (int i = 0; i < c->n_list && n < max; i++) out[n++] = c->list[i];
+        if (c->single_set && n < max) out[n++] = c->single;
+    } else if (max > 0) out[n++] = c->single;
+    return n;
+}
+
+void eval_common_usage(FILE *f) {
+    fprintf(f,
+            "  -m MODEL               GGUF model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+            "  --cache-k SPEC         key cache method (default f16; docs/METHODS.md)\n"
+            "  --cache-v SPEC         value cache method (default f16)\n"
+            "  --kv-window W          keep the W most recent tokens in f16\n"
+            "  --kv-f16-layers L,L    layers kept in f16 (negative: from the end)\n"
+            "  --compress-sliding     compress sliding-window layers too (Gemma 3; default: f16)\n"
+            "  --policy P             one policy string (tools/policy.h: 'q8/tq-mse:4,w=128')\n"
+            "  --policies \"P P ...\"   several policies, each a result (space- or '|'-separated)\n"
+            "  --threads T            threads (default 2)\n"
+            "  --acts q8|f32          activations of quantized-weight products (default q8)\n"
+            "  --seed S               cache rotation seed (default 0)\n"
+            "  --json                 one JSON object per result on stdout (flushed per line)\n");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sessions and bits                                                         */
+/* ------------------------------------------------------------------------ */
+int eval_session(const eval_env *e, tool_policy *p, int n_batch, int f32_acts, uint64_t seed, kvq_attn_hook hook,
+                 void *hook_user, kvq_session **out) {
+    kvq_session_params sp = kvq_session_default_params();
+    char err[256] = "";
+    if (tool_policy_session_params(p, e->m->cfg.n_layers, &sp, err, sizeof err)) {
+        fprintf(stderr, "kvq %s: %s\n", e->tool, err);
+        return KVQ_ERR_INVALID_ARG;
+    }
+    sp.n_batch = n_batch;
+    sp.f32_acts = f32_acts;
+    sp.seed = seed;
+    sp.attn_hook = hook;
+    sp.attn_hook_user = hook_user;
+    int rc = kvq_session_create(out, e->m, &sp, e->pool);
+    if (rc) {
+        char name[TOOL_POLICY_NAME];
+        tool_policy_name(p, name, sizeof name);
+        fprintf(stderr, "kvq %s: cache policy %s: %s\n", e->tool, name, kvq_strerror(rc));
+    }
+    return rc;
+}
+
+int eval_policy_bits(const tool_policy *p, int head_dim, double *bits_k, double *bits_v) {
+    const char *spec[2] = {p->k, p->v};
+    double b[2];
+    for (int i = 0; i < 2; i++) {
+        kvq_plan *plan = NULL;
+        /* +outliers plans need calibration rows: any rows give the same size */
+        float *calib = malloc(sizeof(float) * (size_t)head_dim * 64);
+        if (!calib) return -1;
+        for (int j = 0; j < head_dim * 64; j++) calib[j] = (float)((j * 7919) % 101) / 50.0f - 1.0f;
+        int rc = kvq_plan_create(&plan, spec[i], head_dim, 1, calib, 64);
+        free(calib);
+        if (rc) return -1;
+        b[i] = kvq_plan_bits_per_value(plan);
+        kvq_plan_free(plan);
+    }
+    *bits_k = b[0];
+    *bits_v = b[1];
+    return 0;
+}
+
+double eval_cache_bits_all(kvq_session *s, const kvq_model *m) {
+    double values = 2.0 * m->cfg.n_layers * m->cfg.n_head_kv * m->cfg.head_dim;
+    return (double)kvq_cache_bytes_per_token(kvq_session_cache(s)) * 8.0 / values;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ctrl-C                                                                    */
+/* ------------------------------------------------------------------------ */
+/* The one piece of mutable global state of the CLI: set by the handler. */
+static volatile sig_atomic_t g_interrupted = 0;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+void eval_sigint_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills */
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int eval_interrupted(void) { return g_interrupted != 0; }
+
+/* ------------------------------------------------------------------------ */
+/* Progress                                                                  */
+/* ------------------------------------------------------------------------ */
+void eval_fmt_duration(char *buf, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e7) { snprintf(buf, cap, "?"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, cap, "%lds", t);
+}
+
+void eval_progress_init(eval_progress *p, const char *tool) {
+    p->tool = tool;
+    p->t0 = tool_now();
+    p->last = 0;
+    p->tty = isatty(STDERR_FILENO);
+}
+
+void eval_progress_update(eval_progress *p, double done, double total, double tokens, const char *what) {
+    if (!p->tty) return;
+    double now = tool_now(), el = now - p->t0;
+    if (now - p->last < 0.25 && done < total) return;
+    p->last = now;
+    char eta[32], els[32];
+    eval_fmt_duration(eta, sizeof eta, done > 0 ? el / done * (total - done) : -1);
+    eval_fmt_duration(els, sizeof els, el);
+    fprintf(stderr, "\r[kvq %s] %s %.0f%%  %.0f tok/s  elapsed %s  ETA %s\033[K", p->tool, what ? what : "",
+            total > 0 ? 100.0 * done / total : 0.0, el > 0 ? tokens / el : 0.0, els, eta);
+    fflush(stderr);
+}
+
+void eval_progress_end(eval_progress *p) {
+    if (p->tty) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON                                                                      */
+/* ------------------------------------------------------------------------ */
+void eval_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p == '\t') fputs("\\t", f);
+        else if (*p == '\r') fputs("\\r", f);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void eval_json_num(FILE *f, double x) {
+    if (!isfinite(x)) fputs("null", f);
+    else fprintf(f, "%.9g", x);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Logit statistics                                                          */
+/* ------------------------------------------------------------------------ */
+typedef struct {
+    const float *logits, *base, *test;
+    const double *lse_base, *lse_test;
+    int V;
+    const int32_t *next;
+    double *lse, *nll, *kl;
+    int32_t *top;
+} stats_job;
+
+static double row_lse(const float *x, int V, int32_t *top) {
+    float mx = x[0];
+    int arg = 0;
+    for (int i = 1; i < V; i++)
+        if (x[i] > mx) { mx = x[i]; arg = i; }
+    double s = 0.0;
+    for (int i = 0; i < V; i++) s += (double)expf(x[i] - mx);
+    if (top) *top = arg;
+    return (double)mx + log(s);
+}
+
+static void stats_task(void *arg, int task, int thread) {
+    (void)thread;
+    const stats_job *j = arg;
+    const float *x = j->logits + (size_t)task * (size_t)j->V;
+    double lse = row_lse(x, j->V, &j->top[task]);
+    j->lse[task] = lse;
+    if (j->next && j->nll) j->nll[task] = lse - (double)x[j->next[task]];
+}
+
+int eval_logit_stats(kvq_pool *pool, const float *logits, int n_vocab, size_t n, const int32_t *next, double *lse,
+                     int32_t *top, double *nll) {
+    if (n == 0) return KVQ_OK;
+    stats_job j;
+    memset(&j, 0, sizeof j);
+    j.logits = logits;
+    j.V = n_vocab;
+    j.next = next;
+    j.lse = lse;
+    j.top = top;
+    j.nll = nll;
+    return kvq_pool_run(pool, stats_task, &j, (int)n);
+}
+
+static void kl_task(void *arg, int task, int thread) {
+    (void)thread;
+    const stats_job *j = arg;
+    size_t off = (size_t)task * (size_t)j->V;
+    const float *b = j->base + off, *t = j->test + off;
+    double lb = j->lse_base[task], lt = j->lse_test[task], d0 = lt - lb, s = 0.0;
+    /* sum p_b (log p_b - log p_t) = sum p_b ((b - t) + (lse_t - lse_b)) */
+    for (int i = 0; i < j->V; i++) {
+        double p = exp((double)b[i] - lb);
+        s += p * (((double)b[i] - (double)t[i]) + d0);
+    }
+    j->kl[task] = s > 0.0 ? s : 0.0; /* rounding can leave a tiny negative value */
+}
+
+int eval_kl(kvq_pool *pool, const float *base, const double *lse_base, const float *test, const double *lse_test,
+            int n_vocab, size_t n, double *kl) {
+    if (n == 0) return KVQ_OK;
+    stats_job j;
+    memset(&j, 0, sizeof j);
+    j.base = base;
+    j.test = test;
+    j.lse_base = lse_base;
+    j.lse_test = lse_test;
+    j.V = n_vocab;
+    j.kl = kl;
+    return kvq_pool_run(pool, kl_task, &j, (int)n);
+}
+
+void eval_mean_se(const double *x, size_t n, double *mean, double *se) {
+    if (n == 0) { *mean = NAN; *se = NAN; return; }
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    double m = s / (double)n, v = 0.0;
+    for (size_t i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *se = n > 1 ? sqrt(v / (double)(n - 1) / (double)n) : NAN;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double eval_quantile(const double *x, size_t n, double q) {
+    if (n == 0) return NAN;
+    double *c = malloc(sizeof(double) * n);
+    if (!c) return NAN;
+    memcpy(c, x, sizeof(double) * n);
+    qsort(c, n, sizeof(double), cmp_double);
+    double pos = q * (double)(n - 1);
+    size_t i = (size_t)pos;
+    double f = pos - (double)i, r = i + 1 < n ? c[i] + f * (c[i + 1] - c[i]) : c[i];
+    free(c);
+    return r;
+}
+
+int eval_window_calls(size_t C, size_t first, size_t B, eval_call *calls, int max) {
+    int n = 0;
+    if (B == 0) {
+        if (max > 0) calls[n++] = (eval_call){0, C, 1};
+        return n;
+    }
+    for (size_t a = 0; a < first && n < max; a += B) calls[n++] = (eval_call){a, a + B < first ? a + B : first, 0};
+    for (size_t a = first; a < C && n < max; a += B) calls[n++] = (eval_call){a, a + B < C ? a + B : C, 1};
+    return n;
+}
