@@ -223,8 +223,6 @@ static const char *basename_noext(const char *path, char *buf, size_t cap) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
     snprintf(buf, cap, "%s", b);
-    char *dot = strstr(buf, ".gguf");
-    if (dot) *dot = 0;
     return buf;
 }
 
@@ -405,6 +403,8 @@ int cmd_bench(int argc, char **argv) {
             kvq_cache *c = kvq_session_cache(P[i].s);
             size_t bpt = kvq_cache_bytes_per_token(c), kvb = kvq_cache_memory_bytes(c);
             double bits = 8.0 * (double)bpt / (double)(2 * (size_t)mc->n_layers * mc->n_head_kv * mc->head_dim);
+            double bk = 0, bv = 0;
+            tool_policy_bits(&P[i].pol, mc->head_dim, &bk, &bv);
             double pre = P[i].pre_t > 0 ? (double)Pn / P[i].pre_t : 0, gen = P[i].gen_t > 0 ? (double)G / P[i].gen_t : 0;
             qsort(P[i].round_ms, (size_t)P[i].n_round_ms, sizeof(double), cmp_double);
             double med = P[i].n_round_ms ? P[i].round_ms[P[i].n_round_ms / 2] : 0;
@@ -421,9 +421,10 @@ int cmd_bench(int argc, char **argv) {
                 printf(",\"prefill_tokens\":%zu,\"prefill_tok_s\":%.2f,\"prefill_speedup\":%.4f,\"gen_tokens\":%zu,"
                        "\"gen_tok_s\":%.2f,\"gen_speedup\":%.4f,\"gen_ms_median\":%.3f,\"rounds\":%d,"
                        "\"kv_bytes_per_token\":%zu,\"f16_kv_bytes_per_token\":%zu,\"bits_per_value\":%.4f,"
-                       "\"kv_bytes\":%zu,\"f16_kv_bytes\":%zu}\n",
+                       "\"bits_k\":%.4f,\"bits_v\":%.4f,\"bits_per_value_all_layers\":%.4f,\"kv_bytes\":%zu,"
+                       "\"f16_kv_bytes\":%zu}\n",
                        Pn, pre, f16_pre > 0 && pre > 0 ? pre / f16_pre : 0, G, gen, f16_gen > 0 ? gen / f16_gen : 0, med,
-                       o.rounds, bpt, f16_bpt, bits, kvb, f16_bytes);
+                       o.rounds, bpt, f16_bpt, 0.5 * (bk + bv), bk, bv, bits, kvb, f16_bytes);
             } else if (P[i].dead) {
                 printf("%-7zu %-34s error: %s\n", C, P[i].name, P[i].err);
             } else {

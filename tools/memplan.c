@@ -214,8 +214,6 @@ int cmd_memplan(int argc, char **argv) {
     {
         const char *b = strrchr(model, '/');
         snprintf(mname, sizeof mname, "%.100s", b ? b + 1 : model);
-        char *dot = strstr(mname, ".gguf");
-        if (dot) *dot = 0;
     }
     /* f16 first, once */
     if (user_pols) {
@@ -237,7 +235,7 @@ int cmd_memplan(int argc, char **argv) {
     if (!json) {
         printf("model %s (%s): weights %.1f MiB, budget %.2f GiB, context %zu, prompt chunks of %d, %d threads\n", mname,
                mc->arch_name, (double)weights / 1048576.0, (double)budget / 1073741824.0, ctx_model, batch, threads);
-        printf("%-34s %9s %6s %12s %10s", "policy", "B/token", "bits", "max_ctx", "runtime");
+        printf("%-34s %9s %6s %9s %12s %10s", "policy", "B/token", "bits", "x f16@long", "max_ctx", "runtime");
         for (int j = 0; j < npoints; j++) printf(" %9ld%s", points[j] >= 1024 && points[j] % 1024 == 0 ? points[j] / 1024 : points[j],
                                                  points[j] >= 1024 && points[j] % 1024 == 0 ? "K" : " ");
         printf("   (KV MiB at ctx)\n");
@@ -265,6 +263,18 @@ int cmd_memplan(int argc, char **argv) {
         const kvq_cache *c = kvq_session_cache(s);
         size_t bpt = kvq_cache_bytes_per_token(c);
         double bits = 8.0 * (double)bpt / (double)(2 * (size_t)mc->n_layers * mc->n_head_kv * mc->head_dim);
+        double bk = 0, bv = 0;
+        tool_policy_bits(&pols[i], mc->head_dim, &bk, &bv);
+        /* marginal cost of a token at long context (sliding-window layers no longer grow) */
+        size_t k64 = 0, k128 = 0;
+        double long_bpt = 0;
+        if (!kvq_cache_memory_plan(c, 65536, (size_t)batch, &k64, NULL) &&
+            !kvq_cache_memory_plan(c, 131072, (size_t)batch, &k128, NULL))
+            long_bpt = (double)(k128 - k64) / 65536.0;
+        int n_global = 0;
+        for (int l = 0; l < mc->n_layers; l++) n_global += mc->sliding_window[l] == 0;
+        double f16_long = 4.0 * n_global * mc->n_head_kv * mc->head_dim;
+        double long_x = long_bpt > 0 ? f16_long / long_bpt : 0;
         /* largest n with total(n) <= budget: doubling, then bisection */
         mem_at at0, a;
         size_t lo = 0, hi = 1024, max_ctx = 0;
@@ -302,10 +312,11 @@ int cmd_memplan(int argc, char **argv) {
                    mname, mc->arch_name, mc->n_layers, mc->n_head_kv, mc->head_dim, mc->n_ctx_train);
             tool_policy_json(&pols[i], stdout);
             printf(",\"mem_bytes\":%zu,\"weights_bytes\":%zu,\"kv_bytes_per_token\":%zu,\"f16_kv_bytes_per_token\":%zu,"
-                   "\"bits_per_value\":%.4f,\"batch\":%d,\"threads\":%d,\"overhead_bytes\":%zu,\"max_ctx\":%zu,"
+                   "\"bits_per_value\":%.4f,\"bits_k\":%.4f,\"bits_v\":%.4f,\"bits_per_value_all_layers\":%.4f,"
+                   "\"kv_bytes_per_token_long\":%.1f,\"f16_kv_bytes_per_token_long\":%.1f,\"compression_long\":%.4f,\"batch\":%d,\"threads\":%d,\"overhead_bytes\":%zu,\"max_ctx\":%zu,"
                    "\"max_ctx_capped\":%s,\"max_ctx_model\":%zu,\"runtime_bytes_at_max\":%zu,\"kv_bytes_at_max\":%zu,"
                    "\"points\":[",
-                   budget, weights, bpt, f16_bpt, bits, batch, threads, (size_t)overhead, max_ctx, capped ? "true" : "false",
+                   budget, weights, bpt, f16_bpt, 0.5 * (bk + bv), bk, bv, bits, long_bpt, f16_long, long_x, batch, threads, (size_t)overhead, max_ctx, capped ? "true" : "false",
                    max_model, amax.runtime, amax.kv_peak);
             for (int j = 0; j < npoints && !rc; j++) {
                 mem_at p;
@@ -319,7 +330,7 @@ int cmd_memplan(int argc, char **argv) {
         } else {
             char mx[32];
             snprintf(mx, sizeof mx, "%s%zu", capped ? ">" : "", max_ctx);
-            printf("%-34s %9zu %6.2f %12s %9.1fM", name, bpt, bits, mx, (double)amax.runtime / 1048576.0);
+            printf("%-34s %9zu %6.2f %9.2f %12s %9.1fM", name, bpt, bits, long_x, mx, (double)amax.runtime / 1048576.0);
             for (int j = 0; j < npoints && !rc; j++) {
                 mem_at p;
                 rc = eval_at(c, &rt, mc->n_layers, weights, (size_t)points[j], (size_t)batch, &p);
@@ -333,7 +344,8 @@ int cmd_memplan(int argc, char **argv) {
         kvq_session_free(s);
     }
     if (!json)
-        printf("max_ctx: weights + KV (peak, prompt in chunks of %d) + runtime estimate <= budget; the model's own "
+        printf("bits: all layers as stored per token; x f16@long: f16 / this policy, marginal bytes of a token between 64K and 128K\n"
+               "max_ctx: weights + KV (peak, prompt in chunks of %d) + runtime estimate <= budget; the model's own "
                "context is %zu\n", batch, ctx_model);
     kvq_model_free(m);
     free(pols);

@@ -210,3 +210,21 @@ void tool_policy_json(const tool_policy *p, FILE *f) {
     for (int i = 0; i < p->n_f16_layers; i++) fprintf(f, "%s%d", i ? "," : "", p->f16_layers[i]);
     fprintf(f, "],\"compress_sliding\":%d", p->compress_sliding);
 }
+
+static int spec_bits(const char *spec, int d, double *bits) {
+    int calib = 0;
+    if (kvq_spec_needs_calibration(spec, &calib)) return -1;
+    float *rows = calloc((size_t)d, sizeof *rows);
+    if (!rows) return -1;
+    kvq_plan *pl = NULL;
+    int rc = kvq_plan_create(&pl, spec, d, 0, calib ? rows : NULL, calib ? 1 : 0);
+    free(rows);
+    if (rc) return -1;
+    *bits = 8.0 * (double)kvq_plan_code_bytes(pl) / d;
+    kvq_plan_free(pl);
+    return 0;
+}
+
+int tool_policy_bits(const tool_policy *p, int d, double *bits_k, double *bits_v) {
+    return spec_bits(p->k, d, bits_k) || spec_bits(p->v, d, bits_v) ? -1 : 0;
+}

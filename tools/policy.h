@@ -81,6 +81,13 @@ void tool_policy_name(const tool_policy *p, char *buf, size_t cap);
 int tool_policy_session_params(tool_policy *p, int n_layers, kvq_session_params *sp, char *err, size_t err_cap);
 
 /*
+ * Bits per value of the policy's K and V methods at head dim d (everything a
+ * record stores: codes, scales, norms), as the plans count them; f16 layers,
+ * windows and sliding layers are not included. -1 on a bad spec.
+ */
+int tool_policy_bits(const tool_policy *p, int d, double *bits_k, double *bits_v);
+
+/*
  * Writes the JSON fields of the policy (no braces, no leading comma):
  * "policy":"NAME","k":"..","v":"..","window":W,"f16_layers":[..],"compress_sliding":0
  */
