@@ -43,7 +43,7 @@ typedef struct {
 } pol_state;
 
 static void print_json(FILE *f, const char *record, const eval_env *e, const char *text, size_t C, int windows,
-                       size_t B, const pol_state *ps, int interrupted) {
+                       long window_index, size_t B, const pol_state *ps, int interrupted) {
     double mean, se;
     eval_mean_se(ps->nll, ps->n_nll, &mean, &se);
     double ppl = exp(mean);
@@ -51,7 +51,9 @@ static void print_json(FILE *f, const char *record, const eval_env *e, const cha
     eval_json_str(f, eval_basename(e->model_path));
     fprintf(f, ",\"text\":");
     eval_json_str(f, eval_basename(text));
-    fprintf(f, ",\"ctx\":%zu,\"chunks\":%d,\"batch\":%zu,", C, windows, B);
+    fprintf(f, ",\"ctx\":%zu,\"chunks\":%d,", C, windows);
+    if (window_index >= 0) fprintf(f, "\"window_index\":%ld,", window_index);
+    fprintf(f, "\"batch\":%zu,", B);
     tool_policy_json(&ps->pol, f);
     fprintf(f, ",\"ppl\":");
     eval_json_num(f, ppl);
@@ -196,7 +198,7 @@ int cmd_ppl(int argc, char **argv) {
                 pol_state one = ps[p];
                 one.nll = ps[p].nll + n0;
                 one.n_nll = ps[p].n_nll - n0;
-                print_json(stdout, "window", &e, text_path, C, (int)w, B, &one, 0);
+                print_json(stdout, "window", &e, text_path, C, 1, (long)w, B, &one, 0);
             }
         }
         windows_done++;
@@ -205,7 +207,7 @@ int cmd_ppl(int argc, char **argv) {
     int intr = eval_interrupted();
     if (intr) fprintf(stderr, "kvq ppl: interrupted after %d window(s)\n", windows_done);
     if (co.json) {
-        for (int p = 0; p < np; p++) print_json(stdout, "summary", &e, text_path, C, windows_done, B, &ps[p], intr);
+        for (int p = 0; p < np; p++) print_json(stdout, "summary", &e, text_path, C, windows_done, -1, B, &ps[p], intr);
     } else {
         printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens per policy\n\n", eval_basename(e.model_path),
                eval_basename(text_path), C, windows_done, np ? ps[0].n_nll : (size_t)0);
