@@ -262,12 +262,16 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
 }
 
 int main(int argc, char **argv) {
-    bool quick = false;
-    int runs = 50;
+    bool quick = false, no_encode = false;
+    int runs = 50, only_b = 0, only_ctx = 0;
+    const char *only_pol = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--no-encode")) no_encode = true;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) g_json = fopen(argv[++i], "w");
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--policy") && i + 1 < argc) only_pol = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 2 < argc) only_b = atoi(argv[++i]), only_ctx = atoi(argv[++i]);
     }
     if (kvq_cuda_device_count() <= 0) {
         fprintf(stderr, "cuda_attn: no CUDA device\n");
@@ -286,6 +290,7 @@ int main(int argc, char **argv) {
     const double cbw = copy_bandwidth();
     const char *encs[] = {"tq-mse:4", "tq-mse:2", "q8", "rvq:2", "tq-prod:3", "qjl"};
     for (const char *e : encs) {
+        if (no_encode) break;
         bench_encode(e, KVQ_DTYPE_F32);
         if (!strcmp(e, "tq-mse:4")) bench_encode(e, KVQ_DTYPE_F16);
         if (quick) break;
@@ -301,8 +306,10 @@ int main(int argc, char **argv) {
                              {64, 4096}, {64, 32768}, {8, 131072}};
     for (auto &sh : shapes) {
         if (quick && sh[0] * (size_t)sh[1] > 16 * 32768) continue;
+        if (only_b && (sh[0] != only_b || sh[1] != only_ctx)) continue;
         for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
-            if (i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
+            if (only_pol && strcmp(only_pol, pols[i].name)) continue;
+            if (!only_pol && i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
             bench_attn(pols[i], sh[0], sh[1], runs, cbw);
         }
     }

@@ -132,6 +132,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     q.lut_bytes = L->lut_bytes;
     int rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
     if (!rc && L->occ < 1) rc = KVQ_ERR_UNSUPPORTED; /* does not fit the device */
+    if (!rc && L->W > 0) rc = kvq_attn_launch_window(q, 0, 0);
     if (rc) {
         free(L);
         return rc;
@@ -347,8 +348,11 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     long long want = (target + items - 1) / items;
     if (want < 1) want = 1;
     int ct = (int)((tiles + want - 1) / want);
+    /* at least 4 tiles per warp (amortises the LUT build and the pipeline fill),
+     * at most 32 (a lane holds each tile's page) */
+    if (ct < 4 * L->nw) ct = 4 * L->nw;
+    if (ct > 32 * L->nw) ct = 32 * L->nw;
     ct = ((ct + L->nw - 1) / L->nw) * L->nw;
-    if (ct < L->nw) ct = L->nw;
     const int nchunk = tiles ? (tiles + ct - 1) / ct : 0;
     /* workspace: prepared queries, scaled queries, partial states */
     const size_t nq = (size_t)b->n_seq * L->HQ;
@@ -419,7 +423,7 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
         kvqa::AttnParams pw = p;
         pw.nlut = 0;
         pw.lut_bytes = 0;
-        int rc = kvq_attn_launch_window(pw, st);
+        int rc = kvq_attn_launch_window(pw, 1, st);
         if (rc) return rc;
     }
     MergeParams mp;

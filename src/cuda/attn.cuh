@@ -195,6 +195,17 @@ KVQ_UNROLL
     }
 }
 
+/* Two n-tiles at once (independent accumulators: twice the MMAs in flight). */
+__device__ __forceinline__ void kmma2(float acc0[4], float acc1[4], const uint32_t qa[D / 16][2], const uint32_t kb0[16],
+                                      const uint32_t kb1[16]) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+        const uint32_t a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
+        kvq_mma16816(acc0, a, kb0[2 * ks], kb0[2 * ks + 1]);
+        kvq_mma16816(acc1, a, kb1[2 * ks], kb1[2 * ks + 1]);
+    }
+}
+
 /* Scales of tokens t, t+1 (t even) of a 2-byte scale field (R = 2). */
 KVQ_HD float2 scale_pair(const uint8_t *f, int t) {
     const uint32_t u = ld32(f + 2 * t);
@@ -566,7 +577,10 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const AttnParams p) {
     uint8_t *stage = smem + p.lut_bytes + warp * STAGES * TILE;
     const int my_n = t_end - t_begin > warp ? (t_end - t_begin - warp + NW - 1) / NW : 0;
 
-    const uint8_t *krun = nullptr, *vrun = nullptr, *ring_k = nullptr, *ring_v = nullptr;
+    const uint8_t *ring_k = nullptr, *ring_v = nullptr;
+    /* block-table entries of this warp's tiles, one per lane (chunk_tiles <= 32 * NW) */
+    int my_page = 0;
+    if (!WIN && lane < my_n) my_page = p.block_table[(size_t)s * p.max_pages + ((t_begin + warp + lane * NW) * 16) / p.P];
     if (WIN) {
         ring_k = p.window + ((size_t)(s * 2 + 0) * p.H + h) * p.W * (2 * D);
         ring_v = p.window + ((size_t)(s * 2 + 1) * p.H + h) * p.W * (2 * D);
@@ -580,13 +594,11 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const AttnParams p) {
                 load_window(dst, ring_k, p.W, pos_base + pos0, nvalid, lane);
                 load_window(dst + 16 * KF::BYTES, ring_v, p.W, pos_base + pos0, nvalid, lane);
             } else {
-                const int page = p.block_table[(size_t)s * p.max_pages + pos0 / p.P];
+                const int page = __shfl_sync(KVQ_FULL_MASK, my_page, i & 31);
                 const int slot0 = pos0 - (pos0 / p.P) * p.P;
                 const uint8_t *pg = p.pages + (size_t)page * p.page_bytes;
-                krun = pg + (size_t)h * p.krun;
-                vrun = pg + p.kv_off_v + (size_t)h * p.vrun;
-                load_record_fields<KF>(dst, krun, p.P, slot0, nvalid, lane);
-                load_record_fields<VF>(dst + 16 * KF::BYTES, vrun, p.P, slot0, nvalid, lane);
+                load_record_fields<KF>(dst, pg + (size_t)h * p.krun, p.P, slot0, nvalid, lane);
+                load_record_fields<VF>(dst + 16 * KF::BYTES, pg + p.kv_off_v + (size_t)h * p.vrun, p.P, slot0, nvalid, lane);
             }
         }
         kvq_cp_async_commit();
@@ -608,19 +620,24 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const AttnParams p) {
         const int nvalid = min(16, end_pos - tile * 16);
         float sc[2][2];
         bool val[2][2];
+        float2 vs[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+#pragma unroll
+        for (int stg = 0; stg < KF::NSTAGE; stg++) {
+            /* both n-tiles decoded first: two independent MMA chains */
+            uint32_t kb0[16], kb1[16];
+            KF::decode(tk, stg, lut, p, g, qq, lane4, kb0);
+            KF::decode(tk, stg, lut, p, 8 + g, qq, lane4, kb1);
+            float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
+            kmma2(a0, a1, qa[KF::qset(stg)], kb0, kb1);
+            const float2 g0 = KF::kscale(tk, stg, 2 * qq, p), g1 = KF::kscale(tk, stg, 8 + 2 * qq, p);
+            vs[0].x += g0.x * a0[0];
+            vs[0].y += g0.y * a0[1];
+            vs[1].x += g1.x * a1[0];
+            vs[1].y += g1.y * a1[1];
+        }
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
-            float2 v = make_float2(0.f, 0.f);
-#pragma unroll
-            for (int stg = 0; stg < KF::NSTAGE; stg++) {
-                uint32_t kb[16];
-                KF::decode(tk, stg, lut, p, nt * 8 + g, qq, lane4, kb);
-                float a[4] = {0.f, 0.f, 0.f, 0.f};
-                kmma(a, qa[KF::qset(stg)], kb);
-                const float2 gs = KF::kscale(tk, stg, nt * 8 + 2 * qq, p);
-                v.x += gs.x * a[0];
-                v.y += gs.y * a[1];
-            }
+            const float2 v = vs[nt];
             val[nt][0] = nt * 8 + 2 * qq < nvalid;
             val[nt][1] = nt * 8 + 2 * qq + 1 < nvalid;
             sc[nt][0] = (val[nt][0] && g < GQ) ? v.x : -INFINITY;
@@ -639,13 +656,15 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const AttnParams p) {
             for (int e = 0; e < 2; e++) pr[nt][e] = none ? 0.f : exp2f(sc[nt][e] - m_new);
         l_run = l_run * alpha + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
         m_run = m_new;
-        const float al0 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq), al1 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq + 4);
+        if (__any_sync(KVQ_FULL_MASK, alpha != 1.f)) { /* a running max moved: rescale (rare after a few tiles) */
+            const float al0 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq), al1 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq + 4);
 #pragma unroll
-        for (int mt = 0; mt < D / 16; mt++) {
-            O[mt][0] *= al0;
-            O[mt][1] *= al1;
-            O[mt][2] *= al0;
-            O[mt][3] *= al1;
+            for (int mt = 0; mt < D / 16; mt++) {
+                O[mt][0] *= al0;
+                O[mt][1] *= al1;
+                O[mt][2] *= al0;
+                O[mt][3] *= al1;
+            }
         }
         {
             typename VF::Regs vr;
@@ -728,9 +747,11 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
     auto k = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
     if (nw_out) *nw_out = C::NW;
     if (smem_out) *smem_out = smem;
-    KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (occ_out) KVQ_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ_out, k, C::NW * 32, smem));
-    if (!do_launch) return KVQ_OK;
+    if (!do_launch) { /* configuration (layer creation): the attribute is set once here */
+        KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        if (occ_out) KVQ_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ_out, k, C::NW * 32, smem));
+        return KVQ_OK;
+    }
     dim3 grid(p.nchunk, p.H * p.QG, p.n_seq);
     k<<<grid, C::NW * 32, smem, st>>>(p);
     return kvq_cuda_status(cudaGetLastError());
@@ -754,7 +775,7 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
         using namespace kvqa;                                                                                 \
         return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
     }
-/* The f16 window pass (defined with the F16 instantiations). */
-int kvq_attn_launch_window(const kvqa::AttnParams &p, cudaStream_t st);
+/* The f16 window pass (defined with the F16 instantiations); do_launch = 0 only sets it up. */
+int kvq_attn_launch_window(const kvqa::AttnParams &p, int do_launch, cudaStream_t st);
 
 #endif

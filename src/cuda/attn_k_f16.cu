@@ -4,12 +4,12 @@
 KVQ_ATTN_V_FORMATS(KVQ_ATTN_DEF_ONE, F16, KF16)
 
 /* The f16 window: rows in a ring per (sequence, K/V, head), unrotated queries. */
-int kvq_attn_launch_window(const kvqa::AttnParams &p, cudaStream_t st) {
+int kvq_attn_launch_window(const kvqa::AttnParams &p, int do_launch, cudaStream_t st) {
     using namespace kvqa;
     typedef Cfg<KF16, VF16> C;
     const int smem = p.lut_bytes + C::SMEM;
     auto k = attn_kernel<KF16, VF16, C::NW, C::STAGES, true>;
-    KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (!do_launch) return kvq_cuda_status(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     dim3 grid(1, p.H * p.QG, p.n_seq);
     k<<<grid, C::NW * 32, smem, st>>>(p);
     return kvq_cuda_status(cudaGetLastError());

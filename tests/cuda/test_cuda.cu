@@ -34,7 +34,7 @@
 
 using namespace kvqa;
 
-static int g_fail = 0, g_checks = 0;
+static int g_fail = 0, g_checks = 0, g_debug = 0, g_dbg_lines = 0;
 #define EXPECT(cond, ...)                                                   \
     do {                                                                    \
         g_checks++;                                                         \
@@ -410,11 +410,14 @@ static int test_encode(bool quick) {
                     long long m = 0, mb = 0;
                     for (size_t i = 0; i < n; i++) {
                         if (memcmp(&got[i * cb], &ref[i * cb], cb)) {
-                            if (m++ < 2) {
-                                size_t j = 0;
-                                while (got[i * cb + j] == ref[i * cb + j]) j++;
-                                fprintf(stderr, "  %s d=%d f16in=%d row %zu byte %zu: got %02x want %02x\n", spec, d,
-                                        f16in, i, j, got[i * cb + j], ref[i * cb + j]);
+                            if (m++ < 1 && (g_debug || n == 1)) {
+                                double ss = 0;
+                                for (int c = 0; c < d; c++) ss += (double)x[i * d + c] * x[i * d + c];
+                                fprintf(stderr, "  %s d=%d f16in=%d row %zu (|x| %.4g) gpu:", spec, d, f16in, i, sqrt(ss));
+                                for (size_t j = 0; j < cb && j < 48; j++) fprintf(stderr, " %02x", got[i * cb + j]);
+                                fprintf(stderr, "\n%*scpu:", (int)(strlen(spec) + 30), "");
+                                for (size_t j = 0; j < cb && j < 48; j++) fprintf(stderr, " %02x", ref[i * cb + j]);
+                                fprintf(stderr, "\n");
                             }
                         }
                         mb += memcmp(&got[i * cb], &best[i * cb], cb) != 0;
@@ -613,8 +616,9 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     OK(kvq_plan_export(vp, &vt));
     const kvq_layout KL = kvq_layout_make(kt.kind, D, kt.bits, kt.m, kt.scale_bytes);
     const kvq_layout VL = kvq_layout_make(vt.kind, D, vt.bits, vt.m, vt.scale_bytes);
-    double worst = 0;
+    double worst = 0, worst_cpu = 0;
     const size_t qf = kvq_plan_query_floats(kp);
+    const float kconst = kt.m ? sqrtf(3.14159265358979323846f / 2) / (float)kt.m : 0.f;
     for (int s = 0; s < n_seq; s++) {
         const int nm = tc.main_len[s], nw = W ? tc.win_len[s] : 0;
         for (int h = 0; h < H; h++) {
@@ -626,43 +630,87 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
             }
             for (int gq = 0; gq < G; gq++) {
                 const int hq = h * G + gq;
-                std::vector<float> qs(D), qp(qf), sc(nm + nw);
+                std::vector<float> qs(D), qp(qf), sc(nm + nw), scpu(nm + nw);
                 for (int c = 0; c < D; c++) qs[c] = q[((size_t)s * HQ + hq) * D + c] * scale;
                 OK(kvq_query_prepare(kp, qs.data(), qp.data()));
-                if (nm) OK(kvq_score(kp, qp.data(), 1, krec.data(), nm, sc.data()));
+                if (nm) OK(kvq_score(kp, qp.data(), 1, krec.data(), nm, scpu.data()));
+                /* exact scores (double) from the same codes: decode, or the estimators of tq-prod / qjl
+                 * (the CPU kvq_score of tq methods rounds the query to 8 bits: reported apart) */
+                std::vector<double> sq(kt.m);
+                if (kt.kind == KVQ_LAY_TQPROD || kt.kind == KVQ_LAY_QJL) {
+                    const float *qv = kt.kind == KVQ_LAY_QJL ? qs.data() : qp.data(); /* q~ = R q first */
+                    for (int j = 0; j < kt.m; j++) {
+                        double a = 0;
+                        for (int c = 0; c < D; c++) a += (double)kt.S[(size_t)j * D + c] * qv[c];
+                        sq[j] = a;
+                    }
+                }
+                for (int t = 0; t < nm; t++) {
+                    const uint8_t *rec = &krec[(size_t)t * kb];
+                    double a = 0;
+                    if (kt.kind == KVQ_LAY_TQPROD || kt.kind == KVQ_LAY_QJL) {
+                        const int so = kt.kind == KVQ_LAY_QJL ? KL.off[1] : KL.off[3];
+                        const int no = kt.kind == KVQ_LAY_QJL ? KL.off[0] : KL.off[2];
+                        double sg = 0;
+                        for (int j = 0; j < kt.m; j++) sg += ((rec[so + j / 8] >> (j % 8)) & 1) ? sq[j] : -sq[j];
+                        a = (double)kconst * h2f(rec[no] | rec[no + 1] << 8) * sg;
+                        if (kt.kind == KVQ_LAY_TQPROD) {
+                            const double gam = h2f(rec[0] | rec[1] << 8);
+                            for (int c = 0; c < D; c++) a += gam * kt.c1[strided_get(rec + KL.off[1], D, kt.bits, c)] * qp[c];
+                        }
+                    } else {
+                        float kd[D];
+                        OK(kvq_decode(kp, rec, 1, kd));
+                        for (int c = 0; c < D; c++) a += (double)qs[c] * kd[c];
+                    }
+                    sc[t] = (float)a;
+                }
                 for (int t = 0; t < nw; t++) {
                     double a = 0;
                     for (int c = 0; c < D; c++)
                         a += (double)qs[c] * f16r(K[s][((size_t)(nm + t) * H + h) * D + c]);
                     sc[nm + t] = (float)a;
                 }
-                double M = -INFINITY, L = 0;
-                for (int i = 0; i < nm + nw; i++) M = fmax(M, sc[i]);
-                std::vector<float> pr(nm + nw);
-                for (int i = 0; i < nm + nw; i++) L += (pr[i] = (float)exp(sc[i] - M));
-                std::vector<float> acc(D, 0.f), o(D, 0.f);
-                if (nm) {
-                    OK(kvq_accumulate(vp, pr.data(), 1, vrec.data(), nm, acc.data()));
-                    OK(kvq_unrotate(vp, acc.data(), o.data()));
+                for (int t = 0; t < nw; t++) scpu[nm + t] = sc[nm + t];
+                double rels[2];
+                for (int pass = 0; pass < 2; pass++) { /* 0: exact reference, 1: CPU kvq_score scores */
+                    const std::vector<float> &S = pass ? scpu : sc;
+                    double M = -INFINITY, L = 0;
+                    for (int i = 0; i < nm + nw; i++) M = fmax(M, S[i]);
+                    std::vector<double> pr(nm + nw);
+                    for (int i = 0; i < nm + nw; i++) L += (pr[i] = exp(S[i] - M));
+                    std::vector<double> ref(D, 0.0);
+                    for (int t = 0; t < nm; t++) {
+                        float vd[D];
+                        OK(kvq_decode(vp, &vrec[(size_t)t * vb], 1, vd));
+                        for (int c = 0; c < D; c++) ref[c] += pr[t] * vd[c];
+                    }
+                    for (int t = 0; t < nw; t++)
+                        for (int c = 0; c < D; c++) ref[c] += pr[nm + t] * (double)f16r(V[s][((size_t)(nm + t) * H + h) * D + c]);
+                    double num = 0, den = 0;
+                    for (int c = 0; c < D; c++) {
+                        const double rf = L > 0 ? ref[c] / L : 0;
+                        const double got = out[((size_t)s * HQ + hq) * D + c];
+                        num += (got - rf) * (got - rf);
+                        den += rf * rf;
+                        if (!(got == got)) num = INFINITY;
+                    }
+                    rels[pass] = nm + nw == 0 ? sqrt(num) : sqrt(num / (den > 0 ? den : 1e-30));
+                    if (pass == 0 && g_debug && rels[0] > 1e-3 && g_dbg_lines < 12) {
+                        g_dbg_lines++;
+                        printf("    seq %d (len %d + win %d) head %d q %d: err %.3e got %.4f %.4f %.4f want %.4f %.4f %.4f\n", s, nm, nw,
+                               h, hq, rels[0], out[((size_t)s * HQ + hq) * D], out[((size_t)s * HQ + hq) * D + 1],
+                               out[((size_t)s * HQ + hq) * D + 2], ref[0] / L, ref[1] / L, ref[2] / L);
+                    }
                 }
-                double num = 0, den = 0;
-                for (int c = 0; c < D; c++) {
-                    double ref = o[c];
-                    for (int t = 0; t < nw; t++) ref += pr[nm + t] * (double)f16r(V[s][((size_t)(nm + t) * H + h) * D + c]);
-                    ref = L > 0 ? ref / L : 0;
-                    const double got = out[((size_t)s * HQ + hq) * D + c];
-                    num += (got - ref) * (got - ref);
-                    den += ref * ref;
-                    if (!(got == got)) num = INFINITY;
-                }
-                const double rel = nm + nw == 0 ? sqrt(num) : sqrt(num / (den > 0 ? den : 1e-30));
-                if (rel > worst) worst = rel;
+                if (rels[0] > worst) worst = rels[0];
+                if (rels[1] > worst_cpu) worst_cpu = rels[1];
             }
         }
     }
     if (verbose) {
-        printf("  attn k=%-10s v=%-10s H=%d HQ=%2d P=%3d W=%2d seqs=%d max_len=%6d: max rel err %.2e\n", tc.k, tc.v, H,
-               HQ, P, W, n_seq, max_len, worst);
+        printf("  attn k=%-10s v=%-10s H=%d HQ=%2d P=%3d W=%2d seqs=%d max_len=%6d: max rel err %.2e (vs CPU kvq_score path %.2e)\n",
+               tc.k, tc.v, H, HQ, P, W, n_seq, max_len, worst, worst_cpu);
         fflush(stdout);
     }
     EXPECT(worst <= 1e-3, "attention k=%s v=%s HQ=%d: rel err %.3e", tc.k, tc.v, HQ, worst);
@@ -701,6 +749,13 @@ static void test_attention(bool quick) {
         run_attn_case(tc, seed++, true);
         i++;
     }
+    /* the f16 window alone: one token (output = its value), a few, a tile and one */
+    for (int wlen : {1, 2, 16, 17}) {
+        AttnCase w1 = {"f16", "f16", 1, 1, 16, 32, {0}, {wlen}};
+        run_attn_case(w1, seed++, true);
+    }
+    AttnCase w2 = {"f16", "f16", 2, 8, 16, 32, {16, 5}, {1, 32}};
+    run_attn_case(w2, seed++, true);
     /* grouped-query shapes, window only, long contexts (many chunks) */
     AttnCase g12 = {"tq-mse:4", "tq-mse:4", 2, 24, 64, 16, {33, 700}, {16, 3}};
     run_attn_case(g12, seed++, true);
@@ -717,7 +772,11 @@ static void test_attention(bool quick) {
 }
 
 int main(int argc, char **argv) {
-    bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = true;
+        if (!strcmp(argv[i], "--debug")) g_debug = 1;
+    }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
     if (kvq_cuda_device_count() <= 0) {
