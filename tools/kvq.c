@@ -21,6 +21,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"dump-kv", cmd_dump_kv, "write a model's real K/V vectors for a text as vector files (for codec-bench, attn-bench)"},
     {"ppl", cmd_ppl, "perplexity of a text with attention on the compressed cache (llama.cpp windows, second half scored)"},
     {"kld", cmd_kld, "KL divergence, top-1 agreement, ppl vs the f16/f32 cache; per-layer attention-output error"},
+    {"needle", cmd_needle, "passkey retrieval: a number hidden at several depths of filler text, accuracy per ctx and depth"},
     {"bench", cmd_bench, "prefill and generation tokens/s per cache policy side by side (f16 first), KV bytes per token"},
     {"memplan", cmd_memplan, "longest context that fits in a memory budget per cache policy; KV bytes at 4K/32K/128K"},
 };

@@ -12,6 +12,7 @@ int cmd_run(int argc, char **argv);
 int cmd_dump_kv(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
+int cmd_needle(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_memplan(int argc, char **argv);
 
