@@ -22,6 +22,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"ppl", cmd_ppl, "perplexity of a text with attention on the compressed cache (llama.cpp windows, second half scored)"},
     {"kld", cmd_kld, "KL divergence, top-1 agreement, ppl vs the f16/f32 cache; per-layer attention-output error"},
     {"needle", cmd_needle, "passkey retrieval: a number hidden at several depths of filler text, accuracy per ctx and depth"},
+    {"gen-check", cmd_gen_check, "greedy generation per policy vs the f16 cache: tokens before EOS or a degenerate repeat, divergence"},
     {"bench", cmd_bench, "prefill and generation tokens/s per cache policy side by side (f16 first), KV bytes per token"},
     {"memplan", cmd_memplan, "longest context that fits in a memory budget per cache policy; KV bytes at 4K/32K/128K"},
 };

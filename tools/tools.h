@@ -13,6 +13,7 @@ int cmd_dump_kv(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_kld(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
+int cmd_gen_check(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_memplan(int argc, char **argv);
 
