@@ -162,12 +162,12 @@ tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128"
     if [ "$MODE" = quick ]; then
         CODEC_N=4000; KLD_ARGS=(--ctx 512 --chunks 2); PPL_ARGS=()
         NEEDLE_ARGS=(--ctx 1024 --depths 0.1,0.5,0.9 --trials 1)
-        GEN_ARGS=()
+        GEN_ARGS=(--n 64 --prompts 4)
         BENCH_ARGS=(--ctx 512,1024 --gen 16 --prefill 128 --rounds 4)
     else
         CODEC_N=20000; KLD_ARGS=(--ctx 2048 --chunks 8); PPL_ARGS=(--ctx 2048 --chunks 8)
         NEEDLE_ARGS=(--ctx "$(cap_list 1024,4096,8192,16384,32768)" --trials 2)
-        GEN_ARGS=()
+        GEN_ARGS=(--n 200)
         BENCH_ARGS=(--ctx "$(cap_list 512,4096,8192,16384,32768)" --gen 32 --prefill 512 --rounds 4)
     fi
 

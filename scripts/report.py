@@ -331,8 +331,7 @@ def panel_layers(fig, spec, d):
     return True
 
 
-GEN_KEYS = ["tokens_before_stop", "coherent_tokens", "match_tokens", "agree_tokens", "tokens_matching",
-            "prefix_match", "common_prefix", "tokens_until_degenerate", "tokens"]
+GEN_KEYS = ["mean_coherent", "mean_diverge"]  # kvq gen-check summaries
 
 
 def gen_metric(rows):
@@ -344,23 +343,30 @@ def gen_metric(rows):
 
 def panel_gencheck(fig, spec, d):
     rows = [r for r in d["gencheck"] if is_summary(r)]
-    key = gen_metric(rows)
-    if not rows or not key:
+    keys = [k for k in GEN_KEYS if any(num(r.get(k)) for r in rows)]
+    if not rows or not keys:
         return False
-    ax = fig.add_subplot(spec)
     pols = order_policies(rows)
-    vals = []
-    for p in pols:
-        v = [r[key] for r in rows if policy_name(r) == p and num(r.get(key))]
-        vals.append(sum(v) / len(v) if v else 0)
-    ax.barh(range(len(pols)), vals, color=[color_of([r for r in rows if policy_name(r) == p][0]) for p in pols])
-    ax.set_yticks(range(len(pols)))
-    ax.set_yticklabels(pols, fontsize=6)
-    ax.invert_yaxis()
-    ax.set_xlabel(key.replace("_", " ") + " (mean over prompts)", fontsize=7)
-    ax.set_title("output comparison: greedy generation vs the f16 cache", fontsize=9)
-    ax.tick_params(labelsize=7)
-    ax.grid(axis="x", alpha=0.3)
+    n = max((r.get("n", 0) for r in rows if num(r.get("n"))), default=0)
+    gs = spec.subgridspec(1, len(keys), wspace=0.05)
+    titles = {"mean_coherent": "tokens before EOS or a degenerate repeat",
+              "mean_diverge": "tokens identical to the f16 cache's stream"}
+    for ki, key in enumerate(keys):
+        ax = fig.add_subplot(gs[0, ki])
+        vals = []
+        for p in pols:
+            v = [r[key] for r in rows if policy_name(r) == p and num(r.get(key))]
+            vals.append(sum(v) / len(v) if v else 0)
+        ax.barh(range(len(pols)), vals, color=[color_of([r for r in rows if policy_name(r) == p][0]) for p in pols])
+        ax.set_yticks(range(len(pols)))
+        ax.set_yticklabels(pols if ki == 0 else [], fontsize=6)
+        ax.invert_yaxis()
+        if n:
+            ax.axvline(n, color="k", ls="--", lw=0.8)
+        ax.set_xlabel("mean over %d prompts (greedy, up to %d tokens)" % (rows[0].get("n_prompts", 0), n), fontsize=7)
+        ax.set_title("output comparison: " + titles.get(key, key), fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(axis="x", alpha=0.3)
     return True
 
 
@@ -474,7 +480,6 @@ def summary(d, title, images):
     ppl = {policy_name(r): r for r in d["ppl"] if is_summary(r) and num(r.get("ppl"))}
     mem = {policy_name(r): r for r in d["memplan"] if is_summary(r)}
     gen = [r for r in d["gencheck"] if is_summary(r)]
-    gkey = gen_metric(gen)
     needle = [r for r in d["needle"] if is_summary(r)]
     nkey = next((k for k in NEEDLE_KEYS if any(num(r.get(k)) or isinstance(r.get(k), bool) for r in needle)), None)
     pols = order_policies(bench + list(kld.values()) + list(ppl.values()) + list(mem.values()) + gen + needle)
@@ -492,8 +497,8 @@ def summary(d, title, images):
             hdr += ["prefill ×f16 @%d" % maxctx, "decode ×f16 @%d" % maxctx]
         if mem:
             hdr += ["KV MiB @32K", "max ctx"]
-        if gkey:
-            hdr += [gkey.replace("_", " ")]
+        gkeys = [k for k in GEN_KEYS if any(num(r.get(k)) for r in gen)]
+        hdr += ["gen " + k.replace("mean_", "") for k in gkeys]
         if needle and nkey:
             hdr += ["needle"]
         rows = []
@@ -517,8 +522,8 @@ def summary(d, title, images):
                 pt = next((q for q in m.get("points", []) if q.get("ctx") == 32768), {})
                 row += [fmt(pt.get("kv_bytes", float("nan")) / 2**20 if num(pt.get("kv_bytes")) else None, ".1f"),
                         str(m.get("max_ctx", "–"))]
-            if gkey:
-                v = [r[gkey] for r in gen if policy_name(r) == p and num(r.get(gkey))]
+            for gk in gkeys:
+                v = [r[gk] for r in gen if policy_name(r) == p and num(r.get(gk))]
                 row += [fmt(sum(v) / len(v) if v else None, ".1f")]
             if needle and nkey:
                 v = [float(r[nkey]) for r in needle if policy_name(r) == p and isinstance(r.get(nkey), (int, float))]
@@ -526,7 +531,14 @@ def summary(d, title, images):
             rows.append(row)
         s.append(md_table(hdr, rows))
         s.append("\nbits/value: the K and V methods' stored bits (codes + scales), mean of K and V; "
-                 "f16 windows and f16 layers are not counted.\n")
+                 "f16 windows and f16 layers are not counted.")
+        if gkeys:
+            s.append(" gen coherent: mean tokens before EOS or a degenerate repeat; gen diverge: mean tokens "
+                     "identical to the f16 cache's greedy stream (kvq gen-check, n = %s)." %
+                     max((r.get("n", 0) for r in gen), default=0))
+        if needle and nkey:
+            s.append(" needle: passkey retrieval accuracy over all contexts and depths.")
+        s.append("\n")
 
     if bench:
         b0 = bench[0]
