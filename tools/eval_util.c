@@ -65,6 +65,28 @@ const char *eval_basename(const char *path) {
     return s ? s + 1 : path;
 }
 
+void eval_find_corpus(const char *path, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", path);
+    if (access(path, R_OK) == 0) return;
+    const char *base = eval_basename(path), *env = getenv("KVQ_CORPORA_DIR");
+    char exe[2048], cand[4608];
+    if (env && *env) {
+        snprintf(cand, sizeof cand, "%s/%s", env, base);
+        if (access(cand, R_OK) == 0) { snprintf(buf, cap, "%s", cand); return; }
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = 0;
+    const char *fmt[2] = {"%s/../corpora/%s", "%s/corpora/%s"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cand, sizeof cand, fmt[i], exe, base);
+        if (access(cand, R_OK) == 0) { snprintf(buf, cap, "%s", cand); return; }
+    }
+}
+
 char *eval_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -39,6 +39,12 @@ int eval_model_has_chat(const eval_env *e);
 /* Last path component. */
 const char *eval_basename(const char *path);
 
+/* A corpus file: path as given when it exists, else corpora/<basename> under
+ * $KVQ_CORPORA_DIR, then next to the executable's parent and own directory
+ * (build/kvq finds the repository's corpora/). Writes the path found (or
+ * path itself) into buf. */
+void eval_find_corpus(const char *path, char *buf, size_t cap);
+
 /* Whole file into a malloc'd NUL-terminated buffer; NULL on failure (errno). */
 char *eval_read_file(const char *path, size_t *len);
 

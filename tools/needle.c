@@ -233,7 +233,9 @@ int cmd_needle(int argc, char **argv) {
     /* filler tokens */
     if (!strcmp(nc.filler, "prose")) {
         size_t len = 0;
-        src = eval_read_file(filler_file, &len);
+        char found[4096];
+        eval_find_corpus(filler_file, found, sizeof found);
+        src = eval_read_file(found, &len);
         if (!src) {
             fprintf(stderr, "kvq needle: %s: %s (bash scripts/fetch-corpora.sh, or --filler grass)\n", filler_file,
                     strerror(errno));
