@@ -94,6 +94,22 @@ HELDOUT="$ROOT/corpora/prose-heldout.txt"
 CODE="$ROOT/corpora/code.txt"
 [ -f "$HELDOUT" ] || HELDOUT="$PROSE"
 
+# groups_of N "P1 P2 ..." [FIRST]: the policies in groups of at most N, one
+# group per word with '|' between policies; f16 is left out (kld and gen-check
+# add their base themselves), FIRST (e.g. f16) starts the first group
+groups_of() {
+    local n="$1" g="${3:-}" k=0 p
+    [ -n "$g" ] && k=1
+    for p in $2; do
+        [ "$p" = f16 ] && continue
+        g="$g${g:+|}$p"
+        k=$((k + 1))
+        if [ "$k" -ge "$n" ]; then echo "$g"; g=""; k=0; fi
+    done
+    [ -n "$g" ] && echo "$g"
+    return 0
+}
+
 INTERRUPTED=0
 trap 'INTERRUPTED=1' INT
 
@@ -113,7 +129,9 @@ run_step() {
         "$@" >> "$out" 2>> "$DIR/logs/$name.log"
     fi
     local rc=$?
-    echo "   $name: exit $rc, $((SECONDS - t0)) s, $(grep -c '^{' "$out" 2>/dev/null || echo 0) results" >&2
+    local n
+    n="$(grep -c '^{' "$out" 2>/dev/null || true)"
+    echo "   $name: exit $rc, $((SECONDS - t0)) s, ${n:-0} results in $(basename "$out")" >&2
     echo "# exit $rc, $((SECONDS - t0)) s" >> "$DIR/commands.txt"
     [ "$rc" = 130 ] && INTERRUPTED=1
     return 0
@@ -187,21 +205,31 @@ tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128"
         run_step memplan "$DIR/memplan.jsonl" "$KVQ" memplan -m "$MODEL" --mem "$MEM" --policies "$ALL" \
             --points 1K,2K,4K,8K,16K,32K,64K,128K --threads "$THREADS" --json
     fi
+    # the quality tools take at most 32 policies per run (the base runs again in each group)
     if want kld && has_cmd kld; then
         : > "$DIR/kld.jsonl"
-        run_step kld "$DIR/kld.jsonl" "$KVQ" kld -m "$MODEL" -f "$HELDOUT" "${KLD_ARGS[@]}" --policies "$ALL" "${C[@]}"
+        for G in $(groups_of 16 "$ALL"); do
+            run_step kld "$DIR/kld.jsonl" "$KVQ" kld -m "$MODEL" -f "$HELDOUT" "${KLD_ARGS[@]}" --policies "${G//|/ }" "${C[@]}"
+        done
     fi
     if want ppl && has_cmd ppl && [ "${#PPL_ARGS[@]}" -gt 0 ]; then
         : > "$DIR/ppl.jsonl"
-        run_step ppl "$DIR/ppl.jsonl" "$KVQ" ppl -m "$MODEL" -f "$CODE" "${PPL_ARGS[@]}" --policies "$ALL" "${C[@]}"
+        for G in $(groups_of 16 "$ALL" f16); do
+            run_step ppl "$DIR/ppl.jsonl" "$KVQ" ppl -m "$MODEL" -f "$CODE" "${PPL_ARGS[@]}" --policies "${G//|/ }" "${C[@]}"
+        done
     fi
     if want needle && has_cmd needle; then
         : > "$DIR/needle.jsonl"
-        run_step needle "$DIR/needle.jsonl" "$KVQ" needle -m "$MODEL" "${NEEDLE_ARGS[@]}" --policies "$SLOW" "${C[@]}"
+        for G in $(groups_of 16 "$SLOW" f16); do
+            run_step needle "$DIR/needle.jsonl" "$KVQ" needle -m "$MODEL" "${NEEDLE_ARGS[@]}" --policies "${G//|/ }" "${C[@]}"
+        done
     fi
     if want gencheck && has_cmd gen-check; then
         : > "$DIR/gencheck.jsonl"
-        run_step gencheck "$DIR/gencheck.jsonl" "$KVQ" gen-check -m "$MODEL" ${GEN_ARGS[@]+"${GEN_ARGS[@]}"} --policies "$SLOW" "${C[@]}"
+        for G in $(groups_of 16 "$SLOW"); do
+            run_step gencheck "$DIR/gencheck.jsonl" "$KVQ" gen-check -m "$MODEL" ${GEN_ARGS[@]+"${GEN_ARGS[@]}"} \
+                --policies "${G//|/ }" "${C[@]}"
+        done
     fi
     if want bench && has_cmd bench; then
         : > "$DIR/bench.jsonl"
