@@ -10,7 +10,8 @@
 
 static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4",
                                 "tq-mse:5", "tq-mse:8", "tq-prod:2", "tq-prod:3", "tq-prod:8", "qjl", "polar",
-                                "rvq:1", "rvq:2", "tq-mse:3+outliers=8", "tq-prod:3+outliers=8", "q8+outliers=16"};
+                                "rvq:1", "rvq:2", "tq-mse:3+outliers=8", "tq-prod:3+outliers=8", "q8+outliers=16",
+                                "tq-mse:4+center", "q8+center", "tq-prod:3+center"};
 #define NMETHODS (sizeof METHODS / sizeof *METHODS)
 
 static float *gauss_rows(size_t n, int d, uint64_t seed) {
@@ -274,6 +275,8 @@ static void test_errors(void) {
     CHECK(kvq_plan_create(&p, "qjl+m=7", 128, 1, NULL, 0) == KVQ_ERR_INVALID_ARG, "m=7");
     CHECK(kvq_plan_create(&p, "tq-mse:4+outliers=8", 128, 1, NULL, 0) == KVQ_ERR_NEEDS_CALIBRATION, "no calib");
     CHECK(kvq_plan_create(&p, "tq-mse:4+outliers=5", 128, 1, x, 1) == KVQ_ERR_INVALID_ARG, "K=5");
+    CHECK(kvq_plan_create(&p, "tq-mse:4+center", 128, 1, NULL, 0) == KVQ_ERR_NEEDS_CALIBRATION, "center without calib");
+    CHECK(kvq_plan_create(&p, "tq-mse:4+center+outliers=8", 128, 1, x, 1) == KVQ_ERR_INVALID_ARG, "center+outliers");
     CHECK(kvq_plan_create(&p, "tq-mse:4+outliers=112", 128, 1, x, 1) == KVQ_ERR_INVALID_ARG, "K too large");
     CHECK(p == NULL, "out untouched on error");
     kvq_plan_free(NULL);
@@ -309,6 +312,10 @@ static void test_errors(void) {
     int needs = -1;
     CHECK_OK(kvq_spec_needs_calibration("q8+outliers=8", &needs));
     CHECK(needs == 1, "needs calib");
+    CHECK_OK(kvq_spec_needs_calibration("tq-mse:3+center", &needs));
+    CHECK(needs == 1, "center needs calib");
+    CHECK_OK(kvq_spec_needs_calibration("tq-mse:3", &needs));
+    CHECK(needs == 0, "plain spec needs no calib");
 }
 
 int main(void) {

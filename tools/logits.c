@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  --cache-k SPEC      key cache method (default f16)\n"
             "  --cache-v SPEC      value cache method (default f16)\n"
             "  --kv-window W       keep the W most recent tokens in f16\n"
+            "  --kv-f16-layers L   comma-separated layers kept in f16\n"
             "  --acts f32|q8       activations of quantized-weight products: f32 (default: weights\n"
             "                      dequantized, no activation rounding) or int8 per 32 values (fast path)\n"
             "  --threads T         threads (default 2)\n"
@@ -27,7 +28,7 @@ static void usage(FILE *f) {
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *toks = NULL, *outp = NULL, *ck = NULL, *cv = NULL, *acts = "f32";
-    int threads = 2, window = 0, batch = 0;
+    int threads = 2, window = 0, batch = 0, f16l[64], nf16l = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -42,6 +43,12 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--kv-window")) window = atoi(v);
         else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--kv-f16-layers")) {
+            long ls[64];
+            nf16l = tool_parse_int_list(v, ls, 64);
+            if (nf16l < 0) { fprintf(stderr, "kvq logits: bad --kv-f16-layers\n"); return 2; }
+            for (int j = 0; j < nf16l; j++) f16l[j] = (int)ls[j];
+        }
         else { fprintf(stderr, "kvq logits: unknown option %s\n", a); usage(stderr); return 2; }
         i++;
     }
@@ -76,6 +83,8 @@ int cmd_logits(int argc, char **argv) {
     p.k_spec = ck;
     p.v_spec = cv;
     p.f16_window = window;
+    p.f16_layers = nf16l ? f16l : NULL;
+    p.n_f16_layers = nf16l;
     p.f32_acts = !strcmp(acts, "f32");
     p.n_batch = batch > 0 ? batch : n;
     if ((rc = kvq_pool_create(&pool, threads))) goto done;

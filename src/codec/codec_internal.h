@@ -120,6 +120,7 @@ typedef struct kvq_plan_opts {
     int scale_norm; /* 1: store the norm, 0: least-squares scale */
     int scale32;    /* f32 scales */
     int cb_gauss;   /* Gaussian codebook instead of sphere */
+    int center;     /* +center: subtract the calibrated per-channel mean */
 } kvq_plan_opts;
 
 struct kvq_plan {
@@ -144,6 +145,7 @@ struct kvq_plan {
     kvq_plan *inner;   /* +outliers: plan for the non-outlier channels */
     int *ch_out;       /* +outliers: K outlier channels, ascending */
     int *ch_in;        /* +outliers: d - K other channels, ascending */
+    float *mu;         /* +center: 2 x d floats: the mean, then the mean in the inner plan's domain */
     enc_fn encode;
     dec_fn decode;     /* NULL for key-only methods */
     prep_fn prep;

@@ -131,6 +131,7 @@ static int parse_spec(const char *spec, const kvq_method **m, kvq_plan_opts *o) 
         else if (kl == 8 && !strncmp(s, "outliers", 8) && hasv) o->outliers = (int)v;
         else if (!eq && kl == 5 && !strncmp(s, "norot", 5)) o->norot = 1;
         else if (!eq && kl == 7 && !strncmp(s, "scale32", 7)) o->scale32 = 1;
+        else if (!eq && kl == 6 && !strncmp(s, "center", 6)) o->center = 1;
         else return KVQ_ERR_UNKNOWN_METHOD;
         s += ol;
     }
@@ -148,13 +149,15 @@ static void canonical_spec(kvq_plan *p) {
     if (p->o.norot) n += snprintf(s + n, cap - (size_t)n, "+norot");
     if (p->o.scale_norm) n += snprintf(s + n, cap - (size_t)n, "+scale=norm");
     if (p->o.scale32) n += snprintf(s + n, cap - (size_t)n, "+scale32");
-    if (p->o.cb_gauss) snprintf(s + n, cap - (size_t)n, "+cb=gauss");
+    if (p->o.cb_gauss) n += snprintf(s + n, cap - (size_t)n, "+cb=gauss");
+    if (p->o.center) snprintf(s + n, cap - (size_t)n, "+center");
 }
 
 int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const int *channels);
+int center_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const kvq_plan *src);
 
 static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, const float *calib, size_t n_calib,
-                      kvq_isa isa, const int *channels) {
+                      kvq_isa isa, const kvq_plan *src) {
     if (!out || !spec) return KVQ_ERR_NULL;
     if (dim < KVQ_DIM_MIN || dim > KVQ_DIM_MAX || dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
     const kvq_method *m;
@@ -180,7 +183,9 @@ static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, 
     p->isa = isa;
     p->vnni = isa == KVQ_ISA_AVX512 && kvq_cpu_has_int8_dot();
     p->can_decode = 1;
-    if (o.outliers) rc = outliers_build(p, spec, calib, n_calib, channels);
+    if (o.outliers && o.center) rc = KVQ_ERR_INVALID_ARG;
+    else if (o.outliers) rc = outliers_build(p, spec, calib, n_calib, src ? src->ch_out : NULL);
+    else if (o.center) rc = center_build(p, spec, calib, n_calib, src);
     else rc = m->init(p);
     if (rc) { kvq_plan_free(p); return rc; }
     canonical_spec(p);
@@ -196,7 +201,7 @@ int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa) {
     if (!out || !plan) return KVQ_ERR_NULL;
     if (isa != KVQ_ISA_SCALAR && isa != KVQ_ISA_AVX2 && isa != KVQ_ISA_AVX512 && isa != KVQ_ISA_BEST)
         return KVQ_ERR_INVALID_ARG;
-    return plan_build(out, plan->spec, plan->d, plan->seed, NULL, 0, isa, plan->ch_out);
+    return plan_build(out, plan->spec, plan->d, plan->seed, NULL, 0, isa, plan);
 }
 
 int kvq_spec_needs_calibration(const char *spec, int *needs) {
@@ -205,18 +210,19 @@ int kvq_spec_needs_calibration(const char *spec, int *needs) {
     kvq_plan_opts o;
     int rc = parse_spec(spec, &m, &o);
     if (rc) return rc;
-    *needs = o.outliers > 0;
+    *needs = o.outliers > 0 || o.center;
     return KVQ_OK;
 }
 
 void kvq_plan_free(kvq_plan *p) {
     if (!p) return;
-    if (p->o.outliers) free(p->priv); /* +outliers owns priv, not the method */
+    if (p->o.outliers || p->o.center) free(p->priv); /* the wrappers own priv, not the method */
     else if (p->m && p->m->fini) p->m->fini(p);
     rot_free(&p->rot);
     free(p->S);
     free(p->ch_out);
     free(p->ch_in);
+    free(p->mu);
     kvq_plan_free(p->inner);
     free(p);
 }
@@ -312,6 +318,7 @@ int outliers_unrotate(const kvq_plan *p, const float *acc, float *out);
 
 int kvq_unrotate(const kvq_plan *p, const float *acc, float *out) {
     if (!p || !acc || !out) return KVQ_ERR_NULL;
+    if (p->o.center) return kvq_unrotate(p->inner, acc, out);
     if (p->inner) return outliers_unrotate(p, acc, out);
     rot_apply_inv(&p->rot, acc, out);
     return KVQ_OK;
