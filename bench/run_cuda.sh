@@ -23,3 +23,4 @@ timeout 170 ./$BUILD/test_cuda $QUICK 2>&1 | tee -a "$OUT_DIR/test.log"
 timeout 200 ./$BUILD/cuda_attn $QUICK --json "$OUT_DIR/ours.jsonl" 2>&1 | tee "$OUT_DIR/bench.log"
 PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_sdpa.py $QUICK --json "$OUT_DIR/torch.jsonl" 2>&1 | tee "$OUT_DIR/torch.log"
 python3 bench/cuda_report.py "$OUT_DIR/ours.jsonl" "$OUT_DIR/torch.jsonl" 2>&1 | tee "$OUT_DIR/report.md"
+bench/profile_cuda.sh $BUILD "$OUT_DIR" > "$OUT_DIR/profile.txt" 2>&1

@@ -191,8 +191,9 @@ __global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, lo
         return;
     }
     const size_t off = (((size_t)seq[t] * 2 + kv) * H + h) * W + (size_t)(pos[t] % W);
-    __half hv = __float2half_rn(v);
-    memcpy(ring + off * D + c, &hv, 2);
+    /* bits through __half_as_ushort: a memcpy from a __half into memory of unknown
+     * alignment was seen to store a wrong low byte (nvcc 13.0, sm_90) */
+    ring[off * D + c] = __half_as_ushort(__float2half_rn(v));
 }
 
 extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *window, const void *x, kvq_dtype dtype,

@@ -108,7 +108,12 @@ KVQ_HD float hhi(uint32_t u) { return __high2float(bits2h(u)); }
 
 /* ---- lookups ------------------------------------------------------------------ */
 /* byte -> (c[lo nibble], c[hi nibble]) in f16x2; the table is replicated per lane */
-KVQ_HD uint32_t lut4(const uint8_t *L, uint32_t byte, int lane4) { return ld32(L + (byte << 7) + lane4); }
+KVQ_HD uint32_t lut4(const uint8_t *L, uint32_t byte, int lane4) { return ld32(L + ((byte << 7) | (uint32_t)lane4)); }
+/* byte b of w looked up: the shift and mask give byte * 128 directly, OR-ed with the lane's column */
+template <int B> KVQ_HD uint32_t lut4w(const uint8_t *L, uint32_t w, int lane4) {
+    const uint32_t off = (B == 0 ? (w << 7) : (w >> (8 * B - 7))) & 0x7f80u;
+    return ld32(L + (off | (uint32_t)lane4));
+}
 /* nibble -> (c[n & 3], c[n >> 2]) */
 KVQ_HD uint32_t lut2(const uint8_t *L, uint32_t nib) { return ld32(L + (nib << 2)); }
 /* nibble -> (c[b0], c[b1]), (c[b2], c[b3]) */
@@ -120,9 +125,12 @@ KVQ_HD void kdec4(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, 
     const uint4 v = ld128(f + faddr<D / 2>(r, qq * 16));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 KVQ_UNROLL
-    for (int i = 0; i < 4; i++)
-KVQ_UNROLL
-        for (int b = 0; b < 4; b++) kb[4 * i + b] = lut4(L, (w[i] >> (8 * b)) & 0xffu, lane4);
+    for (int i = 0; i < 4; i++) {
+        kb[4 * i] = lut4w<0>(L, w[i], lane4);
+        kb[4 * i + 1] = lut4w<1>(L, w[i], lane4);
+        kb[4 * i + 2] = lut4w<2>(L, w[i], lane4);
+        kb[4 * i + 3] = lut4w<3>(L, w[i], lane4);
+    }
 }
 KVQ_HD int kcoord4(int qq, int reg, int h) { return 16 * qq + reg + 64 * h; }
 
@@ -350,7 +358,10 @@ KVQ_UNROLL
 KVQ_UNROLL
         for (int k = 0; k < 4; k++) {
             if (W == 4) {
-                u[k] = lut4(L, (x[k][mt >> 2] >> (8 * (mt & 3))) & 0xffu, lane4);
+                const uint32_t w = x[k][mt >> 2];
+                const int b = mt & 3;
+                u[k] = b == 0 ? lut4w<0>(L, w, lane4) : b == 1 ? lut4w<1>(L, w, lane4) : b == 2 ? lut4w<2>(L, w, lane4)
+                                                                                             : lut4w<3>(L, w, lane4);
             } else if (W == 2) {
                 u[k] = lut2(L, (x[k][0] >> (4 * mt)) & 15u);
             } else {
@@ -497,7 +508,7 @@ __device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
 /* ---- tile loading ---------------------------------------------------------------- */
 template <int R> __device__ __forceinline__ void load_field(uint8_t *dst, const uint8_t *src, int nvalid, int lane) {
     /* 16 tokens x R bytes, contiguous in global; chunk c holds token c/(R/16) (R >= 16) or 16/R tokens */
-#pragma unroll 1
+#pragma unroll
     for (int c = lane; c < R; c += 32) {
         const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
         const int pc = R >= 16 ? (c ^ swz<R>(tok)) : c;
@@ -526,7 +537,7 @@ __device__ __forceinline__ void load_window(uint8_t *dst, const uint8_t *ring, i
 
 /* ---- the kernel ------------------------------------------------------------------------ */
 template <class KF, class VF, int NW, int STAGES, bool WIN>
-__global__ void __launch_bounds__(NW * 32) attn_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) attn_kernel(const AttnParams p) {
     extern __shared__ uint4 smem_u4[];
     uint8_t *smem = (uint8_t *)smem_u4;
     constexpr int TILE = 16 * (KF::BYTES + VF::BYTES);

@@ -66,24 +66,20 @@ int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtyp
 __device__ __forceinline__ uint32_t kvq_prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
 
 __device__ __forceinline__ uint32_t kvq_h2_bits(__half2 h) {
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
+    const __half2_raw r = h;
+    return (uint32_t)r.x | ((uint32_t)r.y << 16);
 }
 __device__ __forceinline__ __half2 kvq_bits_h2(uint32_t u) {
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return h;
+    __half2_raw r;
+    r.x = (unsigned short)(u & 0xffffu);
+    r.y = (unsigned short)(u >> 16);
+    return __half2(r);
 }
 /* Two floats -> f16x2 bits (round to nearest even), lo in the low half. */
 __device__ __forceinline__ uint32_t kvq_pack_h2(float lo, float hi) { return kvq_h2_bits(__floats2half2_rn(lo, hi)); }
 __device__ __forceinline__ float kvq_h_lo(uint32_t u) { return __low2float(kvq_bits_h2(u)); }
 __device__ __forceinline__ float kvq_h_hi(uint32_t u) { return __high2float(kvq_bits_h2(u)); }
-__device__ __forceinline__ float kvq_half_bits_to_float(uint16_t h) {
-    __half x;
-    memcpy(&x, &h, 2);
-    return __half2float(x);
-}
+__device__ __forceinline__ float kvq_half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* D (16x8 f32) += A (16x16 f16, row) * B (16x8 f16, col): mma.sync m16n8k16. */
 __device__ __forceinline__ void kvq_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {

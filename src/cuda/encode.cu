@@ -154,8 +154,11 @@ __device__ __forceinline__ int store_scale(const EncParams &P, uint8_t *dst, flo
         return KVQ_OK;
     }
     if (fabsf(s) > 65504.0f) return KVQ_ERR_RANGE;
-    __half h = __float2half_rn(s);
-    memcpy(dst, &h, 2);
+    /* explicit bytes: a memcpy from a __half to an address of unknown alignment
+     * stored a wrong low byte (nvcc 13.0, sm_90; caught by test_cuda) */
+    const uint16_t hb = __half_as_ushort(__float2half_rn(s));
+    dst[0] = (uint8_t)(hb & 0xffu);
+    dst[1] = (uint8_t)(hb >> 8);
     return KVQ_OK;
 }
 __device__ __forceinline__ float load_scale(const EncParams &P, const uint8_t *src) {
@@ -248,10 +251,9 @@ template <int EPT> __device__ __forceinline__ int load_row(const EncParams &P, l
         const __half *src = (const __half *)P.x + (size_t)v * P.d + lane * EPT;
 #pragma unroll
         for (int e = 0; e < EPT; e++) {
-            uint16_t hb;
-            memcpy(&hb, src + e, 2);
+            const uint16_t hb = ((const uint16_t *)src)[e];
             ok &= (hb & 0x7c00u) != 0x7c00u;
-            x[e] = __half2float(src[e]);
+            x[e] = kvq_half_bits_to_float(hb);
         }
     } else {
         const float *src = (const float *)P.x + (size_t)v * P.d + lane * EPT;
@@ -431,8 +433,7 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
                 const int c = lane + 32 * k;
                 if (c >= d) break;
                 if (x[k] > 65504.0f || x[k] < -65504.0f) bad = 1;
-                __half h = __float2half_rn(x[k]);
-                memcpy(rec + 2 * c, &h, 2);
+                ((uint16_t *)rec)[c] = __half_as_ushort(__float2half_rn(x[k]));
             }
         } else { /* q8: m_q8.c enc */
             int8_t *q = (int8_t *)(rec + 2 * nb);
@@ -444,7 +445,7 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
                 __half h = __float2half_rn(s);
                 const float sh = __half2float(h);
                 const float inv = sh > 0 ? __fdiv_rn(1.0f, sh) : 0.0f;
-                if (lane == 0) memcpy(rec + 2 * k, &h, 2);
+                if (lane == 0) ((uint16_t *)rec)[k] = __half_as_ushort(h);
                 const int c = lane + 32 * k;
                 if (c < d) {
                     float r = rintf(__fmul_rn(x[k], inv));
