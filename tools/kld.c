@@ -12,7 +12,10 @@
  * |a_test - a_base| / |a_base|, averaged over positions. These errors are
  * end to end (errors of earlier layers propagate into later ones); compare
  * a policy compressing only keys (k=SPEC,v=f16) with one compressing only
- * values to tell which side a bad layer comes from.
+ * values to tell which side a bad layer comes from. --isolate runs, for each
+ * policy, one session per compressed layer with all other layers in f16 (in
+ * the same lockstep): the KLD of that session is what the layer costs on its
+ * own, and its error at that layer is free of propagated errors.
  */
 #include <errno.h>
 #include <math.h>
@@ -34,7 +37,10 @@ static void usage(FILE *f) {
             "  --chunks N             windows to evaluate (default: all the text holds)\n"
             "  --batch B              tokens per eval call (default 256; 0 = the whole window at once)\n"
             "  --per-window           with --json, also one record per window and policy\n"
-            "  --no-layers            do not measure per-layer attention errors\n");
+            "  --no-layers            do not measure per-layer attention errors\n"
+            "  --isolate              for each policy, one run per compressed layer with every other\n"
+            "                         layer in f16: the KLD each layer costs on its own and its\n"
+            "                         attention error without errors propagated from earlier layers\n");
     eval_common_usage(f);
 }
 
@@ -87,6 +93,7 @@ static void test_hook(void *user, int layer, size_t pos0, const float *att, size
 
 typedef struct {
     tool_policy pol;
+    int iso;                  /* --isolate: the one compressed layer (-1: none) */
     double *kl, *nll;         /* per scored position */
     size_t n, top1;           /* scored positions, top-1 agreements */
     size_t top1_w;            /* top1 at the start of the current window */
@@ -107,6 +114,19 @@ typedef struct {
     double seconds_base;
 } run_info;
 
+/* Policy name for tables; "K/V@l" for an --isolate run of layer l. */
+static void policy_label(const pol_state *q, char *buf, size_t cap) {
+    if (q->iso < 0) {
+        tool_policy_name(&q->pol, buf, cap);
+        return;
+    }
+    tool_policy t = q->pol;
+    t.n_f16_layers = 0;
+    char name[TOOL_POLICY_NAME];
+    tool_policy_name(&t, name, sizeof name);
+    snprintf(buf, cap, "%.200s @%d", name, q->iso);
+}
+
 static void print_json(FILE *f, const char *record, const run_info *ri, int windows, long window_index,
                        const pol_state *ps, int interrupted) {
     double kl, kl_se, nll, nll_se, nllb, nllb_se;
@@ -121,6 +141,7 @@ static void print_json(FILE *f, const char *record, const run_info *ri, int wind
     if (window_index >= 0) fprintf(f, "\"window_index\":%ld,", window_index);
     fprintf(f, "\"batch\":%zu,\"base\":\"%s\",", ri->B, ri->base);
     tool_policy_json(&ps->pol, f);
+    if (ps->iso >= 0) fprintf(f, ",\"isolated_layer\":%d", ps->iso);
     fprintf(f, ",\"kld\":");
     eval_json_num(f, kl);
     fprintf(f, ",\"kld_se\":");
@@ -177,7 +198,7 @@ int cmd_kld(int argc, char **argv) {
     eval_common_init(&co);
     const char *text_path = NULL, *base_spec = "f16";
     long ctx = 1024, chunks = 0, batch = 256;
-    int per_window = 0, layers = 1;
+    int per_window = 0, layers = 1, isolate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -186,6 +207,7 @@ int cmd_kld(int argc, char **argv) {
         if (r > 0) { i += r - 1; continue; }
         if (!strcmp(a, "--per-window")) { per_window = 1; continue; }
         if (!strcmp(a, "--no-layers")) { layers = 0; continue; }
+        if (!strcmp(a, "--isolate")) { isolate = 1; continue; }
         if (!v) { fprintf(stderr, "kvq kld: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
         i++;
         if (!strcmp(a, "-f")) text_path = v;
@@ -201,8 +223,8 @@ int cmd_kld(int argc, char **argv) {
         fprintf(stderr, "kvq kld: bad --ctx, --chunks or --batch\n");
         return 2;
     }
-    tool_policy pols[EVAL_MAX_POLICIES], base_pol;
-    int np = eval_common_policies(&co, pols, EVAL_MAX_POLICIES);
+    tool_policy given[EVAL_MAX_POLICIES], base_pol, *pols = NULL;
+    int *iso = NULL, np = 0, ngiven = eval_common_policies(&co, given, EVAL_MAX_POLICIES);
     char perr[128];
     if (tool_policy_parse(base_spec, &base_pol, perr, sizeof perr)) return 2;
 
@@ -214,6 +236,54 @@ int cmd_kld(int argc, char **argv) {
     const kvq_model_config *mc = &e.m->cfg;
     const int L = mc->n_layers, width = mc->n_head * mc->head_dim, V = mc->n_vocab;
     int ret = 1, rc = 0;
+    /* the policies run: as given, or (--isolate) one per compressed layer of each */
+    pols = malloc(sizeof(tool_policy) * (size_t)ngiven * (size_t)(isolate ? L : 1));
+    iso = malloc(sizeof(int) * (size_t)ngiven * (size_t)(isolate ? L : 1));
+    if (!pols || !iso) {
+        fprintf(stderr, "kvq kld: out of memory\n");
+        free(pols);
+        free(iso);
+        free(text);
+        eval_env_close(&e);
+        return 1;
+    }
+    for (int g = 0; g < ngiven; g++) {
+        if (!isolate) {
+            iso[np] = -1;
+            pols[np++] = given[g];
+            continue;
+        }
+        if (L - 1 > TOOL_POLICY_MAX_F16) {
+            fprintf(stderr, "kvq kld: --isolate supports models of at most %d layers\n", TOOL_POLICY_MAX_F16 + 1);
+            free(pols);
+            free(iso);
+            free(text);
+            eval_env_close(&e);
+            return 2;
+        }
+        for (int l = 0; l < L; l++) {
+            int f16 = mc->sliding_window[l] > 0 && !given[g].compress_sliding;
+            for (int i = 0; i < given[g].n_f16_layers; i++) {
+                int fl = given[g].f16_layers[i];
+                f16 |= (fl < 0 ? L + fl : fl) == l;
+            }
+            if (f16) continue;
+            tool_policy q = given[g];
+            q.n_f16_layers = 0;
+            for (int k = 0; k < L; k++)
+                if (k != l) q.f16_layers[q.n_f16_layers++] = k;
+            iso[np] = l;
+            pols[np++] = q;
+        }
+    }
+    if (np == 0) {
+        fprintf(stderr, "kvq kld: no layer to compress\n");
+        free(pols);
+        free(iso);
+        free(text);
+        eval_env_close(&e);
+        return 2;
+    }
     int32_t *ids = NULL, *win = NULL, *top_b = NULL, *top_t = NULL;
     float *lb = NULL, *lt = NULL;
     double *lse_b = NULL, *lse_t = NULL, *nll_row = NULL, *nll_base = NULL;
@@ -257,6 +327,7 @@ int cmd_kld(int argc, char **argv) {
     for (int p = 0; p < np; p++) {
         pol_state *q = &ps[p];
         q->pol = pols[p];
+        q->iso = iso[p];
         q->kl = malloc(sizeof(double) * maxn);
         q->nll = malloc(sizeof(double) * maxn);
         q->lsum = calloc((size_t)L, sizeof(double));
@@ -365,7 +436,7 @@ int cmd_kld(int argc, char **argv) {
         for (int p = 0; p < np; p++) {
             pol_state *q = &ps[p];
             char name[TOOL_POLICY_NAME];
-            tool_policy_name(&q->pol, name, sizeof name);
+            policy_label(q, name, sizeof name);
             double kl, kl_se, nll, nll_se;
             eval_mean_se(q->kl, q->n, &kl, &kl_se);
             eval_mean_se(q->nll, q->n, &nll, &nll_se);
@@ -381,12 +452,26 @@ int cmd_kld(int argc, char **argv) {
             }
             printf("\n");
         }
-        if (layers && np > 0) {
+        if (layers && isolate) {
+            printf("\n--isolate: one layer compressed, every other in f16\n%-28s %10s %7s %14s %14s\n", "policy @layer",
+                   "KLD", "top-1", "err at layer", "err last layer");
+            for (int p = 0; p < np; p++) {
+                pol_state *q = &ps[p];
+                char name[TOOL_POLICY_NAME];
+                policy_label(q, name, sizeof name);
+                double kl, kl_se;
+                eval_mean_se(q->kl, q->n, &kl, &kl_se);
+                int l = q->iso;
+                printf("%-28s %10.6f %7.4f %14.6f %14.6f\n", name, kl, q->n ? (double)q->top1 / (double)q->n : NAN,
+                       q->lcnt[l] ? q->lsum[l] / (double)q->lcnt[l] : NAN,
+                       q->lcnt[L - 1] ? q->lsum[L - 1] / (double)q->lcnt[L - 1] : NAN);
+            }
+        } else if (layers && np > 0) {
             printf("\nrelative L2 error of each layer's attention output vs the base run (mean over positions)\n%5s",
                    "layer");
             for (int p = 0; p < np; p++) {
                 char name[TOOL_POLICY_NAME];
-                tool_policy_name(&ps[p].pol, name, sizeof name);
+                policy_label(&ps[p], name, sizeof name);
                 printf(" %14.14s", name);
             }
             printf("\n");
@@ -431,6 +516,8 @@ done:
     free(top_b);
     free(top_t);
     free(nll_base);
+    free(pols);
+    free(iso);
     free(text);
     eval_env_close(&e);
     return ret;
