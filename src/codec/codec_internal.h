@@ -191,5 +191,17 @@ void qjl_signs(const kvq_plan *p, const float *r, uint8_t *bits);
 /* sum_j sign_j * sq_j for m packed signs */
 float qjl_signed_sum(const uint8_t *bits, const float *sq, int m);
 int qjl_init_matrix(kvq_plan *p);
+/* Records holding a norm and m sign bits at fixed offsets (qjl, tq-prod). */
+typedef struct qjl_layout {
+    size_t stride, norm_off, sign_off;
+    int m, scale32;
+    float k;  /* sqrt(pi/2) / m */
+    int add;  /* 1: add to scores, 0: store */
+} qjl_layout;
+/* scores[j*n + i] (+)= k |r_i| sum_j sign_ij sq_j, sq rows qstride apart. */
+void qjl_scores(const qjl_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                float *scores, kvq_isa isa);
+void qjl_scores_ref(const qjl_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                    float *scores);
 
 #endif

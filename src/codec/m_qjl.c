@@ -21,13 +21,8 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
 static void prep(const kvq_plan *p, const float *q, float *qp) { qjl_project(p, q, qp); }
 
 static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
-    const float k = sqrtf((float)M_PI / 2) / (float)p->qjl_m;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *rec = codes + i * p->code_bytes;
-        float nrm = scale_load(p, rec);
-        for (size_t j = 0; j < nq; j++)
-            scores[j * n + i] = k * nrm * qjl_signed_sum(rec + scale_bytes(p), qp + j * p->qfloats, p->qjl_m);
-    }
+    qjl_layout L = {p->code_bytes, 0, scale_bytes(p), p->qjl_m, p->o.scale32, sqrtf((float)M_PI / 2) / (float)p->qjl_m, 0};
+    qjl_scores(&L, qp, p->qfloats, nq, codes, n, scores, p->isa);
 }
 
 static int init(kvq_plan *p) {

@@ -49,14 +49,9 @@ static void prep(const kvq_plan *p, const float *q, float *qp) {
 static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
     tq_layout L = layout(p);
     tq_score(&L, qp, p->qfloats, nq, codes, n, scores, p->isa);
-    const float k = sqrtf((float)M_PI / 2) / (float)p->qjl_m;
-    const size_t ro = res_off(p);
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *rq = codes + i * p->code_bytes + ro;
-        float rn = scale_load(p, rq);
-        for (size_t j = 0; j < nq; j++)
-            scores[j * n + i] += k * rn * qjl_signed_sum(rq + scale_bytes(p), qp + j * p->qfloats + TQ_QFLOATS(p->d), p->qjl_m);
-    }
+    qjl_layout Q = {p->code_bytes, res_off(p), res_off(p) + scale_bytes(p), p->qjl_m, p->o.scale32,
+                    sqrtf((float)M_PI / 2) / (float)p->qjl_m, 1};
+    qjl_scores(&Q, qp + TQ_QFLOATS(p->d), p->qfloats, nq, codes, n, scores, p->isa);
 }
 
 static int init(kvq_plan *p) {
