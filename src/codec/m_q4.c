@@ -3,7 +3,8 @@
  * (llama.cpp q4_1, MLX kv_bits=4): x ≈ min + scale * q, q in 0..15,
  * scale = (max - min) / 15. Record: [nb x (f16 scale, f16 min) | d/2 bytes],
  * value c of a block in the low nibble of byte c/2 when c is even.
- * 5 bits per value (4 + 32/32). No rotation. Decode-based kernels.
+ * 5 bits per value (4 + 32/32). No rotation. SIMD kernels in q4_kernels_x86.c
+ * (decode-based references here).
  */
 #include <math.h>
 #include <string.h>
@@ -53,6 +54,8 @@ static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
 
 static void prep(const kvq_plan *p, const float *q, float *qp) { memcpy(qp, q, (size_t)p->d * 4); }
 
+void q4_kernels_select(kvq_plan *p);
+
 static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
     if (rc) return rc;
@@ -63,6 +66,7 @@ static int init(kvq_plan *p) {
     p->prep = prep;
     p->score = generic_score;
     p->accum = generic_accum;
+    q4_kernels_select(p);
     return KVQ_OK;
 }
 

@@ -1,0 +1,111 @@
+/* AVX-512 / AVX2 kernels of q4 (4-bit, f16 scale and min per 32 values):
+ * 16 (8) values decoded in registers, 4 queries per record pass. */
+#include <string.h>
+
+#include "codec_internal.h"
+#include "simd_util.h"
+
+#if KVQ_X86
+/* scale and min of the block holding value c */
+KVQ_TARGET_AVX2 static inline void blk(const uint8_t *rec, int c, float *s, float *m) {
+    uint16_t h[2];
+    memcpy(h, rec + 4 * (c / 32), 4);
+    *s = _cvtsh_ss(h[0]);
+    *m = _cvtsh_ss(h[1]);
+}
+
+/* values c..c+15 (c % 16 == 0): byte k holds value 2k (low) and 2k+1 (high) */
+KVQ_TARGET_AVX512 static inline __m512 q4_vals16(const uint8_t *rec, int nb, int c) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)(rec + 4 * nb + c / 2));
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    float s, m;
+    blk(rec, c, &s, &m);
+    return _mm512_fmadd_ps(q, _mm512_set1_ps(s), _mm512_set1_ps(m));
+}
+
+KVQ_TARGET_AVX2 static inline __m256 q4_vals8(const uint8_t *rec, int nb, int c) {
+    uint32_t w;
+    memcpy(&w, rec + 4 * nb + c / 2, 4);
+    __m128i b = _mm_cvtsi32_si128((int)w);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    float s, m;
+    blk(rec, c, &s, &m);
+    return _mm256_fmadd_ps(q, _mm256_set1_ps(s), _mm256_set1_ps(m));
+}
+
+#define Q4_SCORE(NAME, TARGET, VT, W, ZERO, FMA, LOADQ, VALS, HSUM4)                                       \
+    TARGET static void NAME(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, \
+                            float *scores) {                                                               \
+        const int d = p->d, nb = (d + 31) / 32;                                                            \
+        const size_t qs = p->qfloats;                                                                      \
+        for (size_t j0 = 0; j0 < nq; j0 += 4) {                                                            \
+            const float *q0 = qp + j0 * qs;                                                                \
+            const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;             \
+            const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;                                              \
+            for (size_t i = 0; i < n; i++) {                                                               \
+                const uint8_t *rec = codes + i * p->code_bytes;                                            \
+                VT a0 = ZERO, a1 = a0, a2 = a0, a3 = a0;                                                   \
+                for (int c = 0; c < d; c += W) {                                                           \
+                    VT v = VALS(rec, nb, c);                                                               \
+                    a0 = FMA(v, LOADQ(q0 + c), a0);                                                        \
+                    a1 = FMA(v, LOADQ(q1 + c), a1);                                                        \
+                    a2 = FMA(v, LOADQ(q2 + c), a2);                                                        \
+                    a3 = FMA(v, LOADQ(q3 + c), a3);                                                        \
+                }                                                                                          \
+                float s[4];                                                                                \
+                _mm_storeu_ps(s, HSUM4(a0, a1, a2, a3));                                                   \
+                for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];              \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+#define Q4_ACCUM(NAME, TARGET, VT, W, FMA, LOADA, STOREA, SET1, VALS)                                       \
+    TARGET static void NAME(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,  \
+                            float *acc) {                                                                  \
+        const int d = p->d, nb = (d + 31) / 32;                                                            \
+        for (size_t j = 0; j < nq; j++) {                                                                  \
+            const float *wj = w + j * n;                                                                   \
+            float *aj = acc + j * (size_t)d;                                                               \
+            int c = 0;                                                                                     \
+            for (; c + 4 * W <= d; c += 4 * W) {                                                           \
+                VT a0 = LOADA(aj + c), a1 = LOADA(aj + c + W), a2 = LOADA(aj + c + 2 * W), a3 = LOADA(aj + c + 3 * W); \
+                for (size_t i = 0; i < n; i++) {                                                           \
+                    const uint8_t *rec = codes + i * p->code_bytes;                                        \
+                    VT wi = SET1(wj[i]);                                                                   \
+                    a0 = FMA(wi, VALS(rec, nb, c), a0);                                                    \
+                    a1 = FMA(wi, VALS(rec, nb, c + W), a1);                                                \
+                    a2 = FMA(wi, VALS(rec, nb, c + 2 * W), a2);                                            \
+                    a3 = FMA(wi, VALS(rec, nb, c + 3 * W), a3);                                            \
+                }                                                                                          \
+                STOREA(aj + c, a0);                                                                        \
+                STOREA(aj + c + W, a1);                                                                    \
+                STOREA(aj + c + 2 * W, a2);                                                                \
+                STOREA(aj + c + 3 * W, a3);                                                                \
+            }                                                                                              \
+            for (; c < d; c += W) {                                                                        \
+                VT a0 = LOADA(aj + c);                                                                     \
+                for (size_t i = 0; i < n; i++) a0 = FMA(SET1(wj[i]), VALS(codes + i * p->code_bytes, nb, c), a0); \
+                STOREA(aj + c, a0);                                                                        \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+Q4_SCORE(score512, KVQ_TARGET_AVX512, __m512, 16, _mm512_setzero_ps(), _mm512_fmadd_ps, _mm512_loadu_ps, q4_vals16, hsum4_512)
+Q4_ACCUM(accum512, KVQ_TARGET_AVX512, __m512, 16, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, q4_vals16)
+Q4_SCORE(score256, KVQ_TARGET_AVX2, __m256, 8, _mm256_setzero_ps(), _mm256_fmadd_ps, _mm256_loadu_ps, q4_vals8, hsum4_256)
+Q4_ACCUM(accum256, KVQ_TARGET_AVX2, __m256, 8, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, q4_vals8)
+
+void q4_kernels_select(kvq_plan *p) {
+    if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
+        p->score = score512;
+        p->accum = accum512;
+    } else if (p->isa >= KVQ_ISA_AVX2) {
+        p->score = score256;
+        p->accum = accum256;
+    }
+}
+#else
+void q4_kernels_select(kvq_plan *p) { (void)p; }
+#endif
