@@ -191,8 +191,8 @@ __global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, lo
         return;
     }
     const size_t off = (((size_t)seq[t] * 2 + kv) * H + h) * W + (size_t)(pos[t] % W);
-    /* bits through __half_as_ushort: a memcpy from a __half into memory of unknown
-     * alignment was seen to store a wrong low byte (nvcc 13.0, sm_90) */
+    /* a 16-bit store of the bits (a memcpy from the __half stored its low byte as
+     * F2I.U8.F16 of the value with nvcc 13.0, sm_90: see store_scale in encode.cu) */
     ring[off * D + c] = __half_as_ushort(__float2half_rn(v));
 }
 

@@ -154,11 +154,12 @@ __device__ __forceinline__ int store_scale(const EncParams &P, uint8_t *dst, flo
         return KVQ_OK;
     }
     if (fabsf(s) > 65504.0f) return KVQ_ERR_RANGE;
-    /* explicit bytes: a memcpy from a __half to an address of unknown alignment
-     * stored a wrong low byte (nvcc 13.0, sm_90; caught by test_cuda) */
-    const uint16_t hb = __half_as_ushort(__float2half_rn(s));
-    dst[0] = (uint8_t)(hb & 0xffu);
-    dst[1] = (uint8_t)(hb >> 8);
+    /* One 16-bit store (every scale field sits at an even offset). Extracting the
+     * low byte of the f16 bits instead -- (uint8_t)(bits & 0xff), or a memcpy to
+     * an address of unknown alignment -- is compiled by nvcc 13.0 for sm_90 into
+     * F2I.U8.F16, a numeric conversion of the half's value (seen in the SASS,
+     * caught by test_cuda: 7.03 stored its low byte as 0x07). */
+    *(uint16_t *)dst = __half_as_ushort(__float2half_rn(s));
     return KVQ_OK;
 }
 __device__ __forceinline__ float load_scale(const EncParams &P, const uint8_t *src) {
