@@ -24,6 +24,73 @@ KVQ_TARGET_AVX512 static inline __m512 q4_vals16(const uint8_t *rec, int nb, int
     return _mm512_fmadd_ps(q, _mm512_set1_ps(s), _mm512_set1_ps(m));
 }
 
+/* values c..c+31 of one block (c % 32 == 0): one load, one scale/min */
+KVQ_TARGET_AVX512 static inline void q4_vals32(const uint8_t *rec, int nb, int c, __m512 *v0, __m512 *v1) {
+    __m128i b = _mm_loadu_si128((const __m128i *)(rec + 4 * nb + c / 2));
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+    float s, m;
+    blk(rec, c, &s, &m);
+    const __m512 vs = _mm512_set1_ps(s), vm = _mm512_set1_ps(m);
+    *v0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), vs, vm);
+    *v1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))), vs, vm);
+}
+
+KVQ_TARGET_AVX512 static void score512_32(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                                          float *scores) {
+    const int d = p->d, nb = d / 32;
+    const size_t qs = p->qfloats;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q0 = qp + j0 * qs;
+        const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;
+        const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * p->code_bytes;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < d; c += 32) {
+                __m512 v0, v1;
+                q4_vals32(rec, nb, c, &v0, &v1);
+                a0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q0 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q0 + c + 16), a0));
+                a1 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q1 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q1 + c + 16), a1));
+                a2 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q2 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q2 + c + 16), a2));
+                a3 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q3 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q3 + c + 16), a3));
+            }
+            float s[4];
+            _mm_storeu_ps(s, hsum4_512(a0, a1, a2, a3));
+            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];
+        }
+    }
+}
+
+/* acc rows += w * values: 64 coordinates x 4 queries in registers, each
+ * record's two blocks decoded once for the query group (d % 64 == 0) */
+KVQ_TARGET_AVX512 static void accum512_64(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                          float *acc) {
+    const int d = p->d, nb = d / 32;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *wr[4];
+        for (size_t j = 0; j < 4; j++) wr[j] = w + (j0 + (j < m ? j : 0)) * n;
+        for (int c = 0; c < d; c += 64) {
+            __m512 a[4][4];
+            for (size_t j = 0; j < 4; j++)
+                for (int k = 0; k < 4; k++)
+                    a[j][k] = j < m ? _mm512_loadu_ps(acc + (j0 + j) * (size_t)d + c + 16 * k) : _mm512_setzero_ps();
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * p->code_bytes;
+                __m512 v[4];
+                q4_vals32(rec, nb, c, &v[0], &v[1]);
+                q4_vals32(rec, nb, c + 32, &v[2], &v[3]);
+                for (int j = 0; j < 4; j++) {
+                    const __m512 wi = _mm512_set1_ps(wr[j][i]);
+                    for (int k = 0; k < 4; k++) a[j][k] = _mm512_fmadd_ps(wi, v[k], a[j][k]);
+                }
+            }
+            for (size_t j = 0; j < m; j++)
+                for (int k = 0; k < 4; k++) _mm512_storeu_ps(acc + (j0 + j) * (size_t)d + c + 16 * k, a[j][k]);
+        }
+    }
+}
+
 KVQ_TARGET_AVX2 static inline __m256 q4_vals8(const uint8_t *rec, int nb, int c) {
     uint32_t w;
     memcpy(&w, rec + 4 * nb + c / 2, 4);
@@ -99,8 +166,8 @@ Q4_ACCUM(accum256, KVQ_TARGET_AVX2, __m256, 8, _mm256_fmadd_ps, _mm256_loadu_ps,
 
 void q4_kernels_select(kvq_plan *p) {
     if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
-        p->score = score512;
-        p->accum = accum512;
+        p->score = p->d % 32 == 0 ? score512_32 : score512;
+        p->accum = p->d % 64 == 0 ? accum512_64 : accum512;
     } else if (p->isa >= KVQ_ISA_AVX2) {
         p->score = score256;
         p->accum = accum256;
