@@ -136,6 +136,44 @@
         }                                                                                                  \
     }
 
+
+/* acc rows += w * row values, 4 queries x 64 coordinates in 16 registers:
+ * each row chunk is converted once per query group (GQA shares it). */
+#define DEFINE_512_G4(T, LD)                                                                               \
+    KVQ_TARGET_AVX512 static void accum512g_##T(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, \
+                                                size_t n, float *acc) {                                    \
+        const int d = p->d;                                                                                \
+        const size_t cb = p->code_bytes;                                                                   \
+        for (size_t j0 = 0; j0 < nq; j0 += 4) {                                                            \
+            const size_t m = nq - j0 < 4 ? nq - j0 : 4;                                                    \
+            const float *wr[4];                                                                            \
+            for (size_t j = 0; j < 4; j++) wr[j] = w + (j0 + (j < m ? j : 0)) * n;                         \
+            for (int c = 0; c < d; c += 64) {                                                              \
+                __m512 a[4][4];                                                                            \
+                for (size_t j = 0; j < 4; j++)                                                             \
+                    for (int k = 0; k < 4; k++)                                                            \
+                        a[j][k] = j < m ? _mm512_loadu_ps(acc + (j0 + j) * (size_t)d + c + 16 * k) : _mm512_setzero_ps(); \
+                for (size_t i = 0; i < n; i++) {                                                           \
+                    const uint8_t *row = codes + i * cb;                                                   \
+                    const __m512 v0 = LD(row, c), v1 = LD(row, c + 16), v2 = LD(row, c + 32), v3 = LD(row, c + 48); \
+                    for (int j = 0; j < 4; j++) {                                                          \
+                        const __m512 wi = _mm512_set1_ps(wr[j][i]);                                        \
+                        a[j][0] = _mm512_fmadd_ps(wi, v0, a[j][0]);                                        \
+                        a[j][1] = _mm512_fmadd_ps(wi, v1, a[j][1]);                                        \
+                        a[j][2] = _mm512_fmadd_ps(wi, v2, a[j][2]);                                        \
+                        a[j][3] = _mm512_fmadd_ps(wi, v3, a[j][3]);                                        \
+                    }                                                                                      \
+                }                                                                                          \
+                for (size_t j = 0; j < m; j++)                                                             \
+                    for (int k = 0; k < 4; k++) _mm512_storeu_ps(acc + (j0 + j) * (size_t)d + c + 16 * k, a[j][k]); \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+DEFINE_512_G4(f32, LD512_F32)
+DEFINE_512_G4(f16, LD512_F16)
+DEFINE_512_G4(bf16, LD512_BF16)
+
 DEFINE_512(f32, LD512_F32)
 DEFINE_512(f16, LD512_F16)
 DEFINE_512(bf16, LD512_BF16)
@@ -146,11 +184,12 @@ DEFINE_256(bf16, LD256_BF16)
 void float_kernels_select(kvq_plan *p, int ftype) {
     static const score_fn s512[] = {score512_f32, score512_f16, score512_bf16};
     static const accum_fn a512[] = {accum512_f32, accum512_f16, accum512_bf16};
+    static const accum_fn a512g[] = {accum512g_f32, accum512g_f16, accum512g_bf16};
     static const score_fn s256[] = {score256_f32, score256_f16, score256_bf16};
     static const accum_fn a256[] = {accum256_f32, accum256_f16, accum256_bf16};
     if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
         p->score = s512[ftype];
-        p->accum = a512[ftype];
+        p->accum = p->d % 64 == 0 ? a512g[ftype] : a512[ftype];
     } else if (p->isa >= KVQ_ISA_AVX2) {
         p->score = s256[ftype];
         p->accum = a256[ftype];

@@ -141,10 +141,42 @@ KVQ_TARGET_AVX512 static void accum_avx512(const kvq_plan *p, const float *w, si
     }
 }
 
+/* 4 queries x 64 coordinates in registers; each record chunk converted once
+ * per query group (d % 64 == 0) */
+KVQ_TARGET_AVX512 static void accum_avx512_g4(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes,
+                                              size_t n, float *acc) {
+    const int d = p->d, nb = d / 32;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *wr[4];
+        for (size_t j = 0; j < 4; j++) wr[j] = w + (j0 + (j < m ? j : 0)) * n;
+        for (int c = 0; c < d; c += 64) {
+            __m512 a[4][4];
+            for (size_t j = 0; j < 4; j++)
+                for (int k = 0; k < 4; k++)
+                    a[j][k] = j < m ? _mm512_loadu_ps(acc + (j0 + j) * (size_t)d + c + 16 * k) : _mm512_setzero_ps();
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *rec = codes + i * p->code_bytes;
+                const __m512 v0 = q8_vals16(rec, nb, c), v1 = q8_vals16(rec, nb, c + 16);
+                const __m512 v2 = q8_vals16(rec, nb, c + 32), v3 = q8_vals16(rec, nb, c + 48);
+                for (int j = 0; j < 4; j++) {
+                    const __m512 wi = _mm512_set1_ps(wr[j][i]);
+                    a[j][0] = _mm512_fmadd_ps(wi, v0, a[j][0]);
+                    a[j][1] = _mm512_fmadd_ps(wi, v1, a[j][1]);
+                    a[j][2] = _mm512_fmadd_ps(wi, v2, a[j][2]);
+                    a[j][3] = _mm512_fmadd_ps(wi, v3, a[j][3]);
+                }
+            }
+            for (size_t j = 0; j < m; j++)
+                for (int k = 0; k < 4; k++) _mm512_storeu_ps(acc + (j0 + j) * (size_t)d + c + 16 * k, a[j][k]);
+        }
+    }
+}
+
 void q8_kernels_select(kvq_plan *p) {
     if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
         p->score = score_avx512;
-        p->accum = accum_avx512;
+        p->accum = p->d % 64 == 0 ? accum_avx512_g4 : accum_avx512;
     } else if (p->isa >= KVQ_ISA_AVX2) {
         p->score = score_avx2;
         p->accum = accum_avx2;
