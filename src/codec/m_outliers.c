@@ -3,18 +3,58 @@
  * highest variance over the calibration rows (the first tokens of a head)
  * are kept as int8 with one f16 scale per vector; the other d-K channels go
  * through the inner method at dim d-K.
- * Record: [inner record | f16 outlier scale | K int8].
- * Rotated domain (accumulators, prepared queries): [inner domain | K raw].
+ * Record: [inner record | f16 outlier scale | K int8] — d-K inner codes, so
+ * tq-mse:4+outliers=8 at d = 128 is 62 + 2 + 8 = 72 bytes, 4.5 bits/value.
+ *
+ * Kernels. The inner plan's kernels take every query row at once: the inner
+ * plan's qfloats is set to the outer one (prepared rows [inner row | K raw
+ * outlier components]), so inner->score strides over whole outer rows.
+ * Two domains for accumulators and decoded rows (d floats either way):
+ *
+ * - "embedded" (inner tq-mse with b = 1, 2 or 4 bits, whose own strided
+ *   layout at d-K is not served by the fast kernels, e.g. d-K = 120: 60-byte
+ *   blocks, while the host dim d has blocks of a multiple of 16 bytes): the
+ *   inner record is read by the tq kernels of the host dim d as if it had d
+ *   coordinates. With one w-bit sub-field (w = b), host position j + k·S_D
+ *   (S_D = d·w/8 bytes, byte j, bit field k) is inner coordinate j + k·S_i
+ *   (S_i = (d-K)·w/8) when j < S_i, and for S_i <= j < S_D a "spare" position
+ *   whose bits are the first K·w/8 bytes after the inner record (the outlier
+ *   scale and values: always inside the record). There are exactly K spare
+ *   positions. Prepared queries are the host's (TQ_QFLOATS(d)) with the
+ *   rotated inner query placed at the inner positions and zeros at the
+ *   spares, so host scores equal inner scores exactly (integer or float);
+ *   accumulators are host rows whose spare positions hold the K outlier
+ *   channels (saved around the host accumulate, which writes spare garbage
+ *   there). The host kernels are the specialised (d, b) ones (AVX-512 VNNI
+ *   scores at d = 128), with no change to the record or its bits.
+ * - otherwise: [inner domain (d-K floats) | K outliers]; the inner plan
+ *   accumulates into a compact copy of the rows' first d-K floats (a stack
+ *   buffer, chunks of rows), copied back after.
+ *
+ * The outlier stream (K int8 per record) is scored and accumulated with SIMD
+ * (AVX-512: 8 records at a time through a 64-bit gather, AVX2: per record),
+ * scalar reference alongside.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codec_internal.h"
+#include "simd_util.h"
+#include "tq_kernels.h"
 
-typedef struct { size_t inner_bytes; } outl_priv;
+extern const kvq_method kvq_method_tq_mse;
 
-static size_t inner_bytes(const kvq_plan *p) { return ((const outl_priv *)p->priv)->inner_bytes; }
+typedef struct {
+    size_t inner_bytes; /* bytes of the inner record; the outlier scale and values follow */
+    size_t iqf;         /* floats of the inner prepared row; the K raw outlier components follow */
+    int embed;          /* 1: the inner tq-mse record is read through the host layout at dim d */
+    tq_layout host;     /* embed: the host layout (cb: the inner plan's codebook) */
+    int pos[KVQ_DIM_MAX];  /* embed: host position of inner coordinate c */
+    int opos[KVQ_DIM_MAX]; /* embed: host position of outlier k (the spare positions, ascending) */
+} outl_priv;
+
+static const outl_priv *PRIV(const kvq_plan *p) { return (const outl_priv *)p->priv; }
 
 static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     const int K = p->o.outliers, di = p->d - K;
@@ -22,7 +62,7 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     for (int c = 0; c < di; c++) xi[c] = x[p->ch_in[c]];
     int rc = p->inner->encode(p->inner, xi, code);
     if (rc) return rc;
-    uint8_t *o = code + inner_bytes(p);
+    uint8_t *o = code + PRIV(p)->inner_bytes;
     float amax = 0;
     for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[p->ch_out[k]]));
     float s = amax / 127.0f;
@@ -37,61 +77,264 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     return KVQ_OK;
 }
 
-static void outl_values(const kvq_plan *p, const uint8_t *rec, float *v) {
-    const uint8_t *o = rec + inner_bytes(p);
+static float outl_scale(const uint8_t *o) {
     uint16_t h;
     memcpy(&h, o, 2);
-    float s = kvq_f16_to_f32(h);
+    return kvq_f16_to_f32(h);
+}
+
+static void outl_values(const kvq_plan *p, const uint8_t *rec, float *v) {
+    const uint8_t *o = rec + PRIV(p)->inner_bytes;
+    float s = outl_scale(o);
     for (int k = 0; k < p->o.outliers; k++) v[k] = s * ((const int8_t *)(o + 2))[k];
 }
 
 static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
-    p->inner->decode(p->inner, code, y);
-    outl_values(p, code, y + p->d - p->o.outliers);
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers;
+    float v[KVQ_DIM_MAX];
+    outl_values(p, code, v);
+    if (P->embed) {
+        tq_decode(&P->host, code, y, p->isa);
+        for (int k = 0; k < K; k++) y[P->opos[k]] = v[k];
+    } else {
+        p->inner->decode(p->inner, code, y);
+        memcpy(y + p->d - K, v, (size_t)K * sizeof *v);
+    }
 }
 
 static void prep(const kvq_plan *p, const float *q, float *qp) {
-    const int K = p->o.outliers, di = p->d - K;
-    float qi[KVQ_DIM_MAX];
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers, d = p->d, di = d - K;
+    float qi[KVQ_DIM_MAX] = {0}; /* (zeroed: gcc cannot see that di >= 32 floats are set) */
     for (int c = 0; c < di; c++) qi[c] = q[p->ch_in[c]];
-    p->inner->prep(p->inner, qi, qp);
-    for (int k = 0; k < K; k++) qp[p->inner->qfloats + k] = q[p->ch_out[k]];
+    if (P->embed) {
+        float qr[KVQ_DIM_MAX], qh[KVQ_DIM_MAX];
+        rot_apply(&p->inner->rot, qi, qr);
+        memset(qh, 0, (size_t)d * sizeof *qh);
+        for (int c = 0; c < di; c++) qh[P->pos[c]] = qr[c];
+        kvq_rotation none;
+        memset(&none, 0, sizeof none);
+        none.kind = ROT_NONE;
+        none.d = d;
+        tq_prepare_query(&none, d, qh, qp); /* q8 etc. of the host row (spares stay 0) */
+    } else {
+        p->inner->prep(p->inner, qi, qp);
+    }
+    for (int k = 0; k < K; k++) qp[P->iqf + k] = q[p->ch_out[k]];
 }
 
-/* Inner kernels take their own row strides, so queries go one at a time. */
-static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+/* ---- the outlier stream ------------------------------------------------------
+ * scores[j*n + i] += s_i * sum_k qo_j[k] * v_ik, qo_j = row j + iqf;
+ * ov rows (stride ovs) += sum_i w[j*n + i] * s_i * v_i. */
+static void outl_score_ref(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                           float *scores) {
+    const outl_priv *P = PRIV(p);
     const int K = p->o.outliers;
-    float v[KVQ_DIM_MAX];
-    for (size_t j = 0; j < nq; j++) p->inner->score(p->inner, qp + j * p->qfloats, 1, codes, n, scores + j * n);
     for (size_t i = 0; i < n; i++) {
-        outl_values(p, codes + i * p->code_bytes, v);
+        const uint8_t *o = codes + i * p->code_bytes + P->inner_bytes;
+        const int8_t *v = (const int8_t *)(o + 2);
+        const float s = outl_scale(o);
         for (size_t j = 0; j < nq; j++) {
-            const float *qo = qp + j * p->qfloats + p->inner->qfloats;
-            float s = 0;
-            for (int k = 0; k < K; k++) s += qo[k] * v[k];
-            scores[j * n + i] += s;
+            const float *qo = qp + j * p->qfloats + P->iqf;
+            float t = 0;
+            for (int k = 0; k < K; k++) t += qo[k] * v[k];
+            scores[j * n + i] += s * t;
         }
     }
 }
+
+static void outl_accum_ref(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *ov,
+                           size_t ovs) {
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *o = codes + i * p->code_bytes + P->inner_bytes;
+        const int8_t *v = (const int8_t *)(o + 2);
+        const float s = outl_scale(o);
+        for (size_t j = 0; j < nq; j++) {
+            const float ws = w[j * n + i] * s;
+            float *a = ov + j * ovs;
+            for (int k = 0; k < K; k++) a[k] += ws * v[k];
+        }
+    }
+}
+
+#if KVQ_X86
+/* 8 int8 at p as floats */
+KVQ_TARGET_AVX2 static inline __m256 i8x8_ps(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Records [i0, n), one at a time, 4 query rows per pass. */
+KVQ_TARGET_AVX2 static void outl_score_avx2(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes,
+                                            size_t i0, size_t n, float *scores) {
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers;
+    const size_t qf = p->qfloats, cb = p->code_bytes;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *q[4];
+        for (size_t j = 0; j < 4; j++) q[j] = qp + (j0 + (j < m ? j : 0)) * qf + P->iqf;
+        for (size_t i = i0; i < n; i++) {
+            const uint8_t *o = codes + i * cb + P->inner_bytes;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int k = 0; k < K; k += 8) {
+                const __m256 v = i8x8_ps(o + 2 + k);
+                a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[0] + k), a0);
+                a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[1] + k), a1);
+                a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[2] + k), a2);
+                a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[3] + k), a3);
+            }
+            float t[4];
+            _mm_storeu_ps(t, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(outl_scale(o))));
+            for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] += t[j];
+        }
+    }
+}
+
+/* 8 outlier values of 4 rows in registers while the records stream by. */
+KVQ_TARGET_AVX2 static void outl_accum_avx2(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes,
+                                            size_t n, float *ov, size_t ovs) {
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers;
+    const size_t cb = p->code_bytes;
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *w0 = w + j0 * n, *w1 = m > 1 ? w0 + n : w0, *w2 = m > 2 ? w0 + 2 * n : w0,
+                    *w3 = m > 3 ? w0 + 3 * n : w0;
+        float *r0 = ov + j0 * ovs;
+        for (int k = 0; k < K; k += 8) {
+            __m256 a[4];
+            for (size_t j = 0; j < 4; j++) a[j] = j < m ? _mm256_loadu_ps(r0 + j * ovs + k) : _mm256_setzero_ps();
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *o = codes + i * cb + P->inner_bytes;
+                const __m256 v = _mm256_mul_ps(i8x8_ps(o + 2 + k), _mm256_set1_ps(outl_scale(o)));
+                a[0] = _mm256_fmadd_ps(_mm256_set1_ps(w0[i]), v, a[0]);
+                a[1] = _mm256_fmadd_ps(_mm256_set1_ps(w1[i]), v, a[1]);
+                a[2] = _mm256_fmadd_ps(_mm256_set1_ps(w2[i]), v, a[2]);
+                a[3] = _mm256_fmadd_ps(_mm256_set1_ps(w3[i]), v, a[3]);
+            }
+            for (size_t j = 0; j < m; j++) _mm256_storeu_ps(r0 + j * ovs + k, a[j]);
+        }
+    }
+}
+
+/* 8 records at a time: their 8-byte outlier groups by one 64-bit gather,
+ * value k of each record cut out with shifts, 4 rows per pass; the rest of
+ * the records per record (AVX2). */
+KVQ_TARGET_AVX512 static void outl_score_avx512(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes,
+                                                size_t n, float *scores) {
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers;
+    const size_t qf = p->qfloats, cb = p->code_bytes, n8 = n & ~(size_t)7;
+    const __m512i offs = _mm512_add_epi64(_mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
+                                                             _mm512_set1_epi64((long long)cb)),
+                                          _mm512_set1_epi64((long long)P->inner_bytes));
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *q[4];
+        for (size_t j = 0; j < 4; j++) q[j] = qp + (j0 + (j < m ? j : 0)) * qf + P->iqf;
+        for (size_t i = 0; i < n8; i += 8) {
+            const uint8_t *base = codes + i * cb;
+            const __m512i sx = _mm512_i64gather_epi64(offs, (const void *)base, 1);
+            const __m256 s = _mm256_cvtph_ps(_mm512_cvtepi64_epi16(sx));
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int k0 = 0; k0 < K; k0 += 8) {
+                const __m512i x = _mm512_i64gather_epi64(offs, (const void *)(base + 2 + k0), 1);
+#pragma GCC unroll 8
+                for (int kk = 0; kk < 8; kk++) {
+                    const __m256 v = _mm512_cvtepi64_ps(_mm512_srai_epi64(_mm512_slli_epi64(x, 56 - 8 * kk), 56));
+                    a0 = _mm256_fmadd_ps(v, _mm256_set1_ps(q[0][k0 + kk]), a0);
+                    a1 = _mm256_fmadd_ps(v, _mm256_set1_ps(q[1][k0 + kk]), a1);
+                    a2 = _mm256_fmadd_ps(v, _mm256_set1_ps(q[2][k0 + kk]), a2);
+                    a3 = _mm256_fmadd_ps(v, _mm256_set1_ps(q[3][k0 + kk]), a3);
+                }
+            }
+            const __m256 acc[4] = {a0, a1, a2, a3};
+            for (size_t j = 0; j < m; j++) {
+                float *sr = scores + (j0 + j) * n + i;
+                _mm256_storeu_ps(sr, _mm256_fmadd_ps(s, acc[j], _mm256_loadu_ps(sr)));
+            }
+        }
+    }
+    if (n8 < n) outl_score_avx2(p, qp, nq, codes, n8, n, scores);
+}
+#endif
+
+static void outl_score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+#if KVQ_X86
+    if (p->o.outliers % 8 == 0) {
+        if (p->isa >= KVQ_ISA_AVX512) { outl_score_avx512(p, qp, nq, codes, n, scores); return; }
+        if (p->isa >= KVQ_ISA_AVX2) { outl_score_avx2(p, qp, nq, codes, 0, n, scores); return; }
+    }
+#endif
+    outl_score_ref(p, qp, nq, codes, n, scores);
+}
+
+static void outl_accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *ov,
+                       size_t ovs) {
+#if KVQ_X86
+    if (p->o.outliers % 8 == 0 && p->isa >= KVQ_ISA_AVX2) { outl_accum_avx2(p, w, nq, codes, n, ov, ovs); return; }
+#endif
+    outl_accum_ref(p, w, nq, codes, n, ov, ovs);
+}
+
+/* ---- score / accumulate ------------------------------------------------------ */
+static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    const outl_priv *P = PRIV(p);
+    if (P->embed) tq_score(&P->host, qp, p->qfloats, nq, codes, n, scores, p->isa);
+    else p->inner->score(p->inner, qp, nq, codes, n, scores); /* inner->qfloats == p->qfloats */
+    outl_score(p, qp, nq, codes, n, scores);
+}
+
+#define OUTL_SCRATCH 4096 /* floats of stack scratch per chunk of rows */
 
 static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
-    const int K = p->o.outliers, di = p->d - K;
-    float v[KVQ_DIM_MAX];
-    for (size_t j = 0; j < nq; j++) p->inner->accum(p->inner, w + j * n, 1, codes, n, acc + j * (size_t)p->d);
-    for (size_t i = 0; i < n; i++) {
-        outl_values(p, codes + i * p->code_bytes, v);
-        for (size_t j = 0; j < nq; j++) {
-            float wi = w[j * n + i], *a = acc + j * (size_t)p->d + di;
-            for (int k = 0; k < K; k++) a[k] += wi * v[k];
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers, d = p->d, di = d - K;
+    float buf[OUTL_SCRATCH];
+    if (P->embed) {
+        /* host rows: the host kernel writes garbage at the spare positions,
+         * which hold the outliers: saved before, restored and updated after */
+        size_t rows = (OUTL_SCRATCH / (size_t)K) & ~(size_t)3;
+        for (size_t j0 = 0; j0 < nq; j0 += rows) {
+            const size_t m = nq - j0 < rows ? nq - j0 : rows;
+            float *a = acc + j0 * (size_t)d;
+            for (size_t j = 0; j < m; j++)
+                for (int k = 0; k < K; k++) buf[j * K + k] = a[j * d + P->opos[k]];
+            tq_accum(&P->host, w + j0 * n, m, codes, n, a, p->isa);
+            outl_accum(p, w + j0 * n, m, codes, n, buf, (size_t)K);
+            for (size_t j = 0; j < m; j++)
+                for (int k = 0; k < K; k++) a[j * d + P->opos[k]] = buf[j * K + k];
         }
+        return;
     }
+    /* inner rows are d - K floats: a compact copy, accumulated, copied back */
+    size_t rows = OUTL_SCRATCH / (size_t)di;
+    if (rows > 4) rows &= ~(size_t)3;
+    for (size_t j0 = 0; j0 < nq; j0 += rows) {
+        const size_t m = nq - j0 < rows ? nq - j0 : rows;
+        float *a = acc + j0 * (size_t)d;
+        for (size_t j = 0; j < m; j++) memcpy(buf + j * di, a + j * d, (size_t)di * sizeof *buf);
+        p->inner->accum(p->inner, w + j0 * n, m, codes, n, buf);
+        for (size_t j = 0; j < m; j++) memcpy(a + j * d, buf + j * di, (size_t)di * sizeof *buf);
+    }
+    outl_accum(p, w, nq, codes, n, acc + di, (size_t)d);
 }
 
 int outliers_unrotate(const kvq_plan *p, const float *acc, float *out) {
+    const outl_priv *P = PRIV(p);
     const int K = p->o.outliers, di = p->d - K;
     float tmp[KVQ_DIM_MAX], ov[KVQ_DIM_MAX];
-    memcpy(ov, acc + di, (size_t)K * sizeof *ov);
-    int rc = kvq_unrotate(p->inner, acc, tmp);
+    if (P->embed) {
+        for (int c = 0; c < di; c++) tmp[c] = acc[P->pos[c]];
+        for (int k = 0; k < K; k++) ov[k] = acc[P->opos[k]];
+    } else {
+        memcpy(tmp, acc, (size_t)di * sizeof *tmp);
+        memcpy(ov, acc + di, (size_t)K * sizeof *ov);
+    }
+    int rc = kvq_unrotate(p->inner, tmp, tmp);
     if (rc) return rc;
     for (int c = 0; c < di; c++) out[p->ch_in[c]] = tmp[c];
     for (int k = 0; k < K; k++) out[p->ch_out[k]] = ov[k];
@@ -100,6 +343,25 @@ int outliers_unrotate(const kvq_plan *p, const float *acc, float *out) {
 
 static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
 
+/* The embedded layout (see the top): inner tq-mse with one sub-field, inner
+ * blocks not a multiple of 16 bytes, host blocks a multiple of 16. */
+static void embed_setup(kvq_plan *p, outl_priv *P) {
+    const kvq_plan *in = p->inner;
+    const int d = p->d, di = in->d, b = in->bits;
+    P->embed = 0;
+    if (in->m != &kvq_method_tq_mse || (b != 1 && b != 2 && b != 4)) return;
+    const int Si = di * b / 8, Sd = d * b / 8, per = 8 / b;
+    if (Si % 16 == 0 || Sd % 16) return;
+    for (int c = 0; c < di; c++) P->pos[c] = c % Si + (c / Si) * Sd;
+    int k = 0;
+    for (int f = 0; f < per; f++)
+        for (int j = Si; j < Sd; j++) P->opos[k++] = j + f * Sd;
+    /* k == K: (Sd - Si) * per = K * b / 8 * 8 / b */
+    tq_layout L = {d, b, &in->cb, p->code_bytes, 0, scale_bytes(in), in->o.scale32, p->vnni, NULL};
+    P->host = L;
+    P->embed = 1;
+}
+
 /* Builds an outlier plan: p has m, d, seed, o, isa set. */
 int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const int *channels) {
     const int K = p->o.outliers, d = p->d, di = d - K;
@@ -107,6 +369,7 @@ int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_c
     p->ch_in = malloc((size_t)di * sizeof(int));
     p->priv = calloc(1, sizeof(outl_priv));
     if (!p->ch_out || !p->ch_in || !p->priv) return KVQ_ERR_NOMEM;
+    outl_priv *P = p->priv;
     if (channels) {
         memcpy(p->ch_out, channels, (size_t)K * sizeof(int));
     } else {
@@ -159,10 +422,13 @@ int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_c
         kvq_plan_free(p->inner);
         p->inner = c;
     }
-    ((outl_priv *)p->priv)->inner_bytes = p->inner->code_bytes;
+    P->inner_bytes = p->inner->code_bytes;
     p->code_bytes = p->inner->code_bytes + 2 + (size_t)K;
     p->inner->code_bytes = p->code_bytes; /* inner kernels stride over whole records */
-    p->qfloats = p->inner->qfloats + (size_t)K;
+    embed_setup(p, P);
+    P->iqf = P->embed ? TQ_QFLOATS(d) : p->inner->qfloats;
+    p->qfloats = P->iqf + (size_t)K;
+    p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
     p->can_decode = p->inner->can_decode;
     p->rotated = 1;
     p->encode = enc;
