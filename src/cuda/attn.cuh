@@ -105,14 +105,33 @@ KVQ_HD __half2 bits2h(uint32_t u) {
 KVQ_HD uint32_t pack2(float lo, float hi) { return h2bits(__floats2half2_rn(lo, hi)); }
 KVQ_HD float hlo(uint32_t u) { return __low2float(bits2h(u)); }
 KVQ_HD float hhi(uint32_t u) { return __high2float(bits2h(u)); }
+/* 2^x by the MUFU (ex2.approx.ftz: results under 2^-126 flush to 0; x <= 0 here) */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 /* ---- lookups ------------------------------------------------------------------ */
 /* byte -> (c[lo nibble], c[hi nibble]) in f16x2; the table is replicated per lane */
 KVQ_HD uint32_t lut4(const uint8_t *L, uint32_t byte, int lane4) { return ld32(L + ((byte << 7) | (uint32_t)lane4)); }
 /* byte b of w looked up: the shift and mask give byte * 128 directly, OR-ed with the lane's column */
 template <int B> KVQ_HD uint32_t lut4w(const uint8_t *L, uint32_t w, int lane4) {
+#ifdef __CUDA_ARCH__
+    /* on the device: the byte isolated (one PRMT / LOP3 / SHF), then byte * 128 + (table's
+     * shared address + lane4) in one IMAD, the base being loop-invariant: 2 integer
+     * instructions per lookup (was shift, mask-or, add), and one of them on the FMA pipe */
+    /* (in one asm: the compiler would otherwise turn the byte * 128 back into shift and mask) */
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(L) + (uint32_t)lane4;
+    uint32_t v;
+    asm("{\n\t.reg .b32 t;\n\tprmt.b32 t, %1, 0, %3;\n\tmad.lo.u32 t, t, 128, %2;\n\tld.shared.b32 %0, [t];\n\t}"
+        : "=r"(v)
+        : "r"(w), "r"(base), "n"(0x4440 + B));
+    return v;
+#else
     const uint32_t off = (B == 0 ? (w << 7) : (w >> (8 * B - 7))) & 0x7f80u;
     return ld32(L + (off | (uint32_t)lane4));
+#endif
 }
 /* nibble -> (c[n & 3], c[n >> 2]) */
 KVQ_HD uint32_t lut2(const uint8_t *L, uint32_t nib) { return ld32(L + (nib << 2)); }
@@ -194,25 +213,25 @@ KVQ_UNROLL
 }
 KVQ_HD int kcoord_q8(int qq, int reg, int h) { return 32 * qq + 2 * reg + h; }
 
-/* S^T n-tile (8 tokens) from one decoded stage: acc += Q~ x K^T over D coordinates */
-__device__ __forceinline__ void kmma(float acc[4], const uint32_t qa[D / 16][2], const uint32_t kb[16]) {
-KVQ_UNROLL
-    for (int ks = 0; ks < D / 16; ks++) {
-        const uint32_t a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
-        kvq_mma16816(acc, a, kb[2 * ks], kb[2 * ks + 1]);
-    }
-}
-
-/* Two n-tiles at once (independent accumulators: twice the MMAs in flight). */
-__device__ __forceinline__ void kmma2(float acc0[4], float acc1[4], const uint32_t qa[D / 16][2], const uint32_t kb0[16],
-                                      const uint32_t kb1[16]) {
+/* Scores with the tokens as the MMA's rows: S (16 tokens x 8 queries) = K x Q~^T.
+ * The A fragment of K takes the two tokens' decoded B-layout registers as they are
+ * (a0/a2: token g, a1/a3: token g + 8); Q~ is the B operand (same registers as the
+ * A fragment it was). Even and odd k-steps in two accumulators (shorter chains).
+ * acc: c0 = (token g, query 2qq), c1 = (g, 2qq + 1), c2 = (g + 8, 2qq), c3 = (g + 8, 2qq + 1). */
+__device__ __forceinline__ void kmma_t(float acc[4], const uint32_t qa[D / 16][2], const uint32_t kb0[16],
+                                       const uint32_t kb1[16]) {
+    float e[4] = {0.f, 0.f, 0.f, 0.f}, o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
-        const uint32_t a[4] = {qa[ks][0], 0u, qa[ks][1], 0u};
-        kvq_mma16816(acc0, a, kb0[2 * ks], kb0[2 * ks + 1]);
-        kvq_mma16816(acc1, a, kb1[2 * ks], kb1[2 * ks + 1]);
+        const uint32_t a[4] = {kb0[2 * ks], kb1[2 * ks], kb0[2 * ks + 1], kb1[2 * ks + 1]};
+        kvq_mma16816((ks & 1) ? o : e, a, qa[ks][0], qa[ks][1]);
     }
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[j] = e[j] + o[j];
 }
+
+/* Scale of token t of a 2-byte scale field (R = 2). */
+KVQ_HD float scale_one(const uint8_t *f, int t) { return hlo((uint32_t) * (const uint16_t *)(f + 2 * t)); }
 
 /* Scales of tokens t, t+1 (t even) of a 2-byte scale field (R = 2). */
 KVQ_HD float2 scale_pair(const uint8_t *f, int t) {
@@ -245,6 +264,7 @@ struct KF16 {
         kdec_f16(t, r, qq, kb);
     }
     KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float kscale1(const uint8_t *, int, int, const AttnParams &) { return 1.f; }
 };
 struct KQ8 {
     static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NQS = 1, NSTAGE = 1;
@@ -257,6 +277,7 @@ struct KQ8 {
         kdec_q8(t, t + 16 * (2 * (D / 32)), r, qq, kb);
     }
     KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float kscale1(const uint8_t *, int, int, const AttnParams &) { return 1.f; }
 };
 /* tq-mse:W */
 template <int W> struct KTQ {
@@ -270,6 +291,7 @@ template <int W> struct KTQ {
         kdec_w<W>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
     }
     KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &) { return scale_pair(t, t0); }
+    KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &) { return scale_one(t, tok); }
 };
 /* rvq:W: two tq stages on the same rotated query */
 template <int W> struct KRVQ {
@@ -284,6 +306,9 @@ template <int W> struct KRVQ {
     }
     KVQ_HD static float2 kscale(const uint8_t *t, int st, int t0, const AttnParams &) {
         return scale_pair(t + 16 * 2 * st, t0);
+    }
+    KVQ_HD static float kscale1(const uint8_t *t, int st, int tok, const AttnParams &) {
+        return scale_one(t + 16 * 2 * st, tok);
     }
 };
 /* tq-prod: tq-mse:W stage on q~ + QJL signs of the residual on S q~ */
@@ -305,6 +330,10 @@ template <int W> struct KTP {
         const float2 rn = scale_pair(t + 16 * (2 + D * W / 8), t0);
         return make_float2(p.kconst * rn.x, p.kconst * rn.y);
     }
+    KVQ_HD static float kscale1(const uint8_t *t, int st, int tok, const AttnParams &p) {
+        if (st == 0) return scale_one(t, tok);
+        return p.kconst * scale_one(t + 16 * (2 + D * W / 8), tok);
+    }
 };
 /* qjl: signs of S k on S q */
 struct KQJL {
@@ -320,6 +349,9 @@ struct KQJL {
     KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &p) {
         const float2 n = scale_pair(t, t0);
         return make_float2(p.kconst * n.x, p.kconst * n.y);
+    }
+    KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &p) {
+        return p.kconst * scale_one(t, tok);
     }
 };
 
@@ -352,39 +384,50 @@ KVQ_UNROLL
                 x[k][0] = *(const uint16_t *)(f + faddr<D / 8>(t, 2 * g));
             }
         }
+        if (W == 4) {
+            /* 4-bit: the nibbles of a token pair (k0, k1 | k2, k3) interleaved, so that a byte
+             * holds one coordinate of both tokens: its lookup (c[lo], c[hi]) is the A register
+             * as it is (no byte permutes to pair the tokens). x[2p][j]: low nibbles (coordinate
+             * 8g + 4j + b), x[2p + 1][j]: high nibbles (+ 64), byte b of word j. */
+KVQ_UNROLL
+            for (int pr = 0; pr < 2; pr++)
+KVQ_UNROLL
+                for (int j = 0; j < (W == 4 ? 2 : 1); j++) {
+                    const uint32_t x0 = x[2 * pr][j], x1 = x[2 * pr + 1][j];
+                    x[2 * pr][j] = (x0 & 0x0f0f0f0fu) | ((x1 << 4) & 0xf0f0f0f0u);
+                    x[2 * pr + 1][j] = ((x0 >> 4) & 0x0f0f0f0fu) | (x1 & 0xf0f0f0f0u);
+                }
+        }
     }
     KVQ_HD void decode(const uint8_t *L, int lane4, int mt, uint32_t a[4]) const {
-        uint32_t u[4];
+        if constexpr (W == 4) {
+            /* a0 = (row g: low nibbles; k0, k1), a1 = (row g + 8: high; k0, k1), a2, a3: k2, k3 */
 KVQ_UNROLL
-        for (int k = 0; k < 4; k++) {
-            if (W == 4) {
-                const uint32_t w = x[k][mt >> 2];
+            for (int i = 0; i < 4; i++) {
+                const uint32_t w = x[i][mt >> 2];
                 const int b = mt & 3;
-                u[k] = b == 0 ? lut4w<0>(L, w, lane4) : b == 1 ? lut4w<1>(L, w, lane4) : b == 2 ? lut4w<2>(L, w, lane4)
+                a[i] = b == 0 ? lut4w<0>(L, w, lane4) : b == 1 ? lut4w<1>(L, w, lane4) : b == 2 ? lut4w<2>(L, w, lane4)
                                                                                              : lut4w<3>(L, w, lane4);
-            } else if (W == 2) {
-                u[k] = lut2(L, (x[k][0] >> (4 * mt)) & 15u);
-            } else {
-                const uint2 e = lut1(L, (x[k][0] >> (4 * (mt >> 1))) & 15u);
-                u[k] = (mt & 1) ? e.y : e.x;
             }
+        } else {
+            uint32_t u[4];
+KVQ_UNROLL
+            for (int k = 0; k < 4; k++) {
+                if (W == 2) {
+                    u[k] = lut2(L, (x[k][0] >> (4 * mt)) & 15u);
+                } else {
+                    const uint2 e = lut1(L, (x[k][0] >> (4 * (mt >> 1))) & 15u);
+                    u[k] = (mt & 1) ? e.y : e.x;
+                }
+            }
+            vpack(a, u[0], u[1], u[2], u[3]);
         }
-        vpack(a, u[0], u[1], u[2], u[3]);
     }
 };
 template <int W> KVQ_HD int vcoord_w(int g, int mt, int rh) {
     return W == 4 ? 8 * g + mt + 64 * rh
          : W == 2 ? 4 * g + mt / 2 + 32 * (2 * (mt % 2) + rh)
                   : (2 * g + mt / 4) + (D / 8) * (4 * ((mt / 2) % 2) + 2 * (mt % 2) + rh);
-}
-
-/* P^T fragment: probabilities of (query g; tokens 2qq, 2qq+1 | 8+2qq, 9+2qq) times per-token scales. */
-KVQ_HD void pfrag(const float p[2][2], const float2 s0, const float2 s1, const bool val[2][2], uint32_t &b0,
-                  uint32_t &b1) {
-    const float a0 = val[0][0] ? p[0][0] * s0.x : 0.f, a1 = val[0][1] ? p[0][1] * s0.y : 0.f;
-    const float c0 = val[1][0] ? p[1][0] * s1.x : 0.f, c1 = val[1][1] ? p[1][1] * s1.y : 0.f;
-    b0 = pack2(a0, a1);
-    b1 = pack2(c0, c1);
 }
 
 /* V formats: NSTAGE stages; load() reads the lane's codes once per tile,
@@ -416,6 +459,7 @@ KVQ_UNROLL
         vpack(a, u[0], u[1], u[2], u[3]);
     }
     KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float vscale1(const uint8_t *, int, int) { return 1.f; }
 };
 struct VQ8 {
     static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NSTAGE = 1;
@@ -445,6 +489,7 @@ KVQ_UNROLL
         vpack(a, u[0], u[1], u[2], u[3]);
     }
     KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float vscale1(const uint8_t *, int, int) { return 1.f; }
 };
 template <int W> struct VTQ {
     static constexpr int NF = 2, BYTES = 2 + D * W / 8, NSTAGE = 1;
@@ -459,6 +504,7 @@ template <int W> struct VTQ {
         r.st.decode(lut + p.vlut[0], lane4, mt, a);
     }
     KVQ_HD static float2 vscale(const uint8_t *t, int, int t0) { return scale_pair(t, t0); }
+    KVQ_HD static float vscale1(const uint8_t *t, int, int tok) { return scale_one(t, tok); }
 };
 template <int W> struct VRVQ {
     static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;
@@ -477,6 +523,7 @@ template <int W> struct VRVQ {
         else r.st[1].decode(lut + p.vlut[1], lane4, mt, a);
     }
     KVQ_HD static float2 vscale(const uint8_t *t, int stg, int t0) { return scale_pair(t + 16 * 2 * stg, t0); }
+    KVQ_HD static float vscale1(const uint8_t *t, int stg, int tok) { return scale_one(t + 16 * 2 * stg, tok); }
 };
 
 /* ---- LUT construction ------------------------------------------------------ */
@@ -518,8 +565,9 @@ template <int R> __device__ __forceinline__ void load_field(uint8_t *dst, const 
 template <class F, int I = 0>
 __device__ __forceinline__ void load_record_fields(uint8_t *dst, const uint8_t *run, int P, int slot0, int nvalid, int lane) {
     if constexpr (I < F::NF) {
-        load_field<F::SIZE[I]>(dst + 16 * F::OFF[I], run + (size_t)F::OFF[I] * P + (size_t)slot0 * F::SIZE[I], nvalid,
-                               lane);
+        /* the field's offset in the run in 32 bits (< 2^31: P slots of one head's records) */
+        constexpr int off = F::OFF[I], size = F::SIZE[I];
+        load_field<size>(dst + 16 * off, run + (uint32_t)(off * P + slot0 * size), nvalid, lane);
         load_record_fields<F, I + 1>(dst, run, P, slot0, nvalid, lane);
     }
 }
@@ -590,8 +638,16 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
 
     const uint8_t *ring_k = nullptr, *ring_v = nullptr;
     /* block-table entries of this warp's tiles, one per lane (chunk_tiles <= 32 * NW) */
-    int my_page = 0;
-    if (!WIN && lane < my_n) my_page = p.block_table[(size_t)s * p.max_pages + ((t_begin + warp + lane * NW) * 16) / p.P];
+    /* as the page's byte offset, and the slot of the tile's first token (no division or
+     * 64-bit multiply per tile) */
+    unsigned long long my_pgoff = 0;
+    int my_slot = 0;
+    if (!WIN && lane < my_n) {
+        const int pos = (t_begin + warp + lane * NW) * 16, pi = pos / p.P;
+        my_pgoff = (unsigned long long)p.block_table[(size_t)s * p.max_pages + pi] * p.page_bytes;
+        my_slot = pos - pi * p.P;
+    }
+    const uint8_t *kbase = p.pages + (size_t)h * p.krun, *vbase = p.pages + p.kv_off_v + (size_t)h * p.vrun;
     if (WIN) {
         ring_k = p.window + ((size_t)(s * 2 + 0) * p.H + h) * p.W * (2 * D);
         ring_v = p.window + ((size_t)(s * 2 + 1) * p.H + h) * p.W * (2 * D);
@@ -605,11 +661,10 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
                 load_window(dst, ring_k, p.W, pos_base + pos0, nvalid, lane);
                 load_window(dst + 16 * KF::BYTES, ring_v, p.W, pos_base + pos0, nvalid, lane);
             } else {
-                const int page = __shfl_sync(KVQ_FULL_MASK, my_page, i & 31);
-                const int slot0 = pos0 - (pos0 / p.P) * p.P;
-                const uint8_t *pg = p.pages + (size_t)page * p.page_bytes;
-                load_record_fields<KF>(dst, pg + (size_t)h * p.krun, p.P, slot0, nvalid, lane);
-                load_record_fields<VF>(dst + 16 * KF::BYTES, pg + p.kv_off_v + (size_t)h * p.vrun, p.P, slot0, nvalid, lane);
+                const unsigned long long pgoff = __shfl_sync(KVQ_FULL_MASK, my_pgoff, i & 31);
+                const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);
+                load_record_fields<KF>(dst, kbase + pgoff, p.P, slot0, nvalid, lane);
+                load_record_fields<VF>(dst + 16 * KF::BYTES, vbase + pgoff, p.P, slot0, nvalid, lane);
             }
         }
         kvq_cp_async_commit();
@@ -618,7 +673,9 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
     float O[D / 16][4];
 #pragma unroll
     for (int mt = 0; mt < D / 16; mt++) O[mt][0] = O[mt][1] = O[mt][2] = O[mt][3] = 0.f;
-    float m_run = -INFINITY, l_run = 0.f;
+    /* this lane's queries 2qq, 2qq + 1 (the score accumulator's and O's columns) */
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    const bool qv0 = 2 * qq < GQ, qv1 = 2 * qq + 1 < GQ;
 
 #pragma unroll 1
     for (int i = 0; i < STAGES - 1; i++) issue(i);
@@ -629,46 +686,41 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
         const uint8_t *tk = stage + (i % STAGES) * TILE, *tv = tk + 16 * KF::BYTES;
         const int tile = t_begin + warp + i * NW;
         const int nvalid = min(16, end_pos - tile * 16);
-        float sc[2][2];
-        bool val[2][2];
-        float2 vs[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+        const bool tv0 = g < nvalid, tv1 = g + 8 < nvalid; /* this lane's score tokens g, g + 8 */
+        /* scores S (16 tokens x 8 queries): the tokens are the MMA rows (8 MMAs per stage) */
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int stg = 0; stg < KF::NSTAGE; stg++) {
-            /* both n-tiles decoded first: two independent MMA chains */
             uint32_t kb0[16], kb1[16];
             KF::decode(tk, stg, lut, p, g, qq, lane4, kb0);
             KF::decode(tk, stg, lut, p, 8 + g, qq, lane4, kb1);
-            float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
-            kmma2(a0, a1, qa[KF::qset(stg)], kb0, kb1);
-            const float2 g0 = KF::kscale(tk, stg, 2 * qq, p), g1 = KF::kscale(tk, stg, 8 + 2 * qq, p);
-            vs[0].x += g0.x * a0[0];
-            vs[0].y += g0.y * a0[1];
-            vs[1].x += g1.x * a1[0];
-            vs[1].y += g1.y * a1[1];
+            float a[4];
+            kmma_t(a, qa[KF::qset(stg)], kb0, kb1);
+            const float g0 = KF::kscale1(tk, stg, g, p), g1 = KF::kscale1(tk, stg, g + 8, p);
+            sc[0] += g0 * a[0];
+            sc[1] += g0 * a[1];
+            sc[2] += g1 * a[2];
+            sc[3] += g1 * a[3];
         }
+        sc[0] = (tv0 && qv0) ? sc[0] : -INFINITY;
+        sc[1] = (tv0 && qv1) ? sc[1] : -INFINITY;
+        sc[2] = (tv1 && qv0) ? sc[2] : -INFINITY;
+        sc[3] = (tv1 && qv1) ? sc[3] : -INFINITY;
+        /* online softmax: the warp-wide max is only formed when some score exceeds its
+         * query's running max (a vote; rare after a few tiles), then O and l are rescaled */
+        const float t0 = fmaxf(sc[0], sc[2]), t1 = fmaxf(sc[1], sc[3]);
+        if (__any_sync(KVQ_FULL_MASK, t0 > m_run[0] || t1 > m_run[1])) {
+            float x0 = t0, x1 = t1;
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-            const float2 v = vs[nt];
-            val[nt][0] = nt * 8 + 2 * qq < nvalid;
-            val[nt][1] = nt * 8 + 2 * qq + 1 < nvalid;
-            sc[nt][0] = (val[nt][0] && g < GQ) ? v.x : -INFINITY;
-            sc[nt][1] = (val[nt][1] && g < GQ) ? v.y : -INFINITY;
-        }
-        float mx = fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1]));
-        mx = fmaxf(mx, __shfl_xor_sync(KVQ_FULL_MASK, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(KVQ_FULL_MASK, mx, 2));
-        const float m_new = fmaxf(m_run, mx);
-        const bool none = m_new == -INFINITY;
-        const float alpha = none ? 1.f : exp2f(m_run - m_new);
-        float pr[2][2];
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) pr[nt][e] = none ? 0.f : exp2f(sc[nt][e] - m_new);
-        l_run = l_run * alpha + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
-        m_run = m_new;
-        if (__any_sync(KVQ_FULL_MASK, alpha != 1.f)) { /* a running max moved: rescale (rare after a few tiles) */
-            const float al0 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq), al1 = __shfl_sync(KVQ_FULL_MASK, alpha, 8 * qq + 4);
+            for (int o = 4; o < 32; o <<= 1) {
+                x0 = fmaxf(x0, __shfl_xor_sync(KVQ_FULL_MASK, x0, o));
+                x1 = fmaxf(x1, __shfl_xor_sync(KVQ_FULL_MASK, x1, o));
+            }
+            const float n0 = fmaxf(m_run[0], x0), n1 = fmaxf(m_run[1], x1);
+            const float al0 = n0 == -INFINITY ? 1.f : ex2(m_run[0] - n0);
+            const float al1 = n1 == -INFINITY ? 1.f : ex2(m_run[1] - n1);
+            l_run[0] *= al0;
+            l_run[1] *= al1;
 #pragma unroll
             for (int mt = 0; mt < D / 16; mt++) {
                 O[mt][0] *= al0;
@@ -676,14 +728,33 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
                 O[mt][2] *= al0;
                 O[mt][3] *= al1;
             }
+            m_run[0] = n0;
+            m_run[1] = n1;
         }
+        float pr[4];
+        pr[0] = m_run[0] == -INFINITY ? 0.f : ex2(sc[0] - m_run[0]);
+        pr[1] = m_run[1] == -INFINITY ? 0.f : ex2(sc[1] - m_run[1]);
+        pr[2] = m_run[0] == -INFINITY ? 0.f : ex2(sc[2] - m_run[0]);
+        pr[3] = m_run[1] == -INFINITY ? 0.f : ex2(sc[3] - m_run[1]);
+        l_run[0] += pr[0] + pr[2];
+        l_run[1] += pr[1] + pr[3];
         {
+            /* validity of the V-side tokens 2qq, 2qq + 1 | 8 + 2qq, 9 + 2qq (q8 scales) */
+            bool val[2][2];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                val[nt][0] = nt * 8 + 2 * qq < nvalid;
+                val[nt][1] = nt * 8 + 2 * qq + 1 < nvalid;
+            }
             typename VF::Regs vr;
             VF::load(tv, g, qq, val, vr);
 #pragma unroll
             for (int stg = 0; stg < VF::NSTAGE; stg++) {
-                uint32_t b0, b1;
-                pfrag(pr, VF::vscale(tv, stg, 2 * qq), VF::vscale(tv, stg, 2 * qq + 8), val, b0, b1);
+                /* P (token x query, V's token scale folded in; a masked token's scale may be
+                 * garbage: 0) transposed to the B fragment P^T by movmatrix */
+                const float w0 = tv0 ? VF::vscale1(tv, stg, g) : 0.f, w1 = tv1 ? VF::vscale1(tv, stg, g + 8) : 0.f;
+                const uint32_t b0 = kvq_movmatrix_t(pack2(pr[0] * w0, pr[1] * w0));
+                const uint32_t b1 = kvq_movmatrix_t(pack2(pr[2] * w1, pr[3] * w1));
 #pragma unroll
                 for (int mt = 0; mt < D / 16; mt++) {
                     uint32_t a[4];
@@ -696,14 +767,19 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
         issue(i + STAGES - 1);
     }
     kvq_cp_async_wait<0>();
-    l_run += __shfl_xor_sync(KVQ_FULL_MASK, l_run, 1);
-    l_run += __shfl_xor_sync(KVQ_FULL_MASK, l_run, 2);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+        l_run[0] += __shfl_xor_sync(KVQ_FULL_MASK, l_run[0], o);
+        l_run[1] += __shfl_xor_sync(KVQ_FULL_MASK, l_run[1], o);
+    }
     __syncthreads(); /* every warp is done with its stages: reuse them for the block merge */
 
     float *wm = (float *)(smem + p.lut_bytes), *wl = wm + NW * QPB, *wo = wl + NW * QPB;
-    if (qq == 0) {
-        wm[warp * QPB + g] = m_run;
-        wl[warp * QPB + g] = l_run;
+    if (g == 0) {
+        wm[warp * QPB + 2 * qq] = m_run[0];
+        wm[warp * QPB + 2 * qq + 1] = m_run[1];
+        wl[warp * QPB + 2 * qq] = l_run[0];
+        wl[warp * QPB + 2 * qq + 1] = l_run[1];
     }
 #pragma unroll
     for (int mt = 0; mt < D / 16; mt++)

@@ -92,6 +92,18 @@ __device__ __forceinline__ void kvq_mma16816(float c[4], const uint32_t a[4], ui
 #endif
 }
 
+/* Warp-wide transpose of an 8x8 b16 matrix held as MMA fragments (lane l holds
+ * row l/4, columns 2(l%4), 2(l%4)+1; so does the result, of the transpose). */
+__device__ __forceinline__ uint32_t kvq_movmatrix_t(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+#else
+    return x;
+#endif
+}
+
 /* 16-byte asynchronous global -> shared copy; src_bytes = 0 writes zeros. */
 __device__ __forceinline__ void kvq_cp_async16(void *smem, const void *gmem, int src_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
