@@ -87,6 +87,7 @@ typedef struct {
     /* level 1: tan(2πj/n1), j = 1 .. n1/4 - 1 (boundaries inside a quadrant);
      * levels >= 2: tan t_j of the n - 1 codebook boundaries */
     float tant[POLAR_LEVELS + 1][POLAR_NMAX];
+    struct polar_fast *fast; /* AVX-512 VBMI score / accumulate tables, or NULL */
 } polar_priv;
 
 /* ---- bitstream of angle indices -------------------------------------------- */
@@ -486,7 +487,230 @@ KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t
 }
 #endif
 
+/* ---- AVX-512 VBMI score / accumulate (B <= 6, 16 | d) ---------------------------
+ * A "super-block" is 8 blocks of 16 coordinates (128 coordinates; the last
+ * one may hold fewer blocks). Its 16 lanes are (h, blk): blk the block, h its
+ * level-4 half (coordinate bit 3). The levels then expand lane-wise with no
+ * shuffles of values: level 4 gives R3 (lane: rad·cos4 or rad·sin4 by h);
+ * level 3 gives R2[b2] = R3·{cos3, sin3}[k3] (b2 = 0, 1); level 2 gives
+ * R1[b2][b1] = R2[b2]·{cos2, sin2}[k2]; level 1 gives the 8 vectors
+ * y[4·b2 + 2·b1 + b0] = R1[b2][b1]·{cos1, sin1}[k1], whose lane (h, blk) is
+ * coordinate 16·blk + 8·h + 4·b2 + 2·b1 + b0. Every lane needs the angle
+ * fields of its own (block, half): per level, one masked 64-byte load of the
+ * level's bytes of the super-block, one vpermb putting each lane's bytes in
+ * its dword, then a variable shift and a mask per field (<= 4 fields, <= 31
+ * bits per lane for B <= 6). Table lookups are register permutes (<= 16
+ * entries: vpermps, 32: vpermt2ps, 64: two and a blend). The products are
+ * the scalar decode's, in its order (rad·f4·f3·f2·f1).
+ * Scores: queries are copied per call in that lane order (zero on missing
+ * blocks), 4 rows per record pass, 8 FMAs per row and super-block.
+ * Accumulate: per (super-block, b2) pass, 4 rows x 4 vectors in registers
+ * while the records stream by, written back in coordinate order per call. */
+#if KVQ_X86
+#define POLAR_SBMAX (KVQ_DIM_MAX / 128)
+typedef struct polar_fast {
+    int nsb;                          /* super-blocks */
+    uint8_t perm[POLAR_LEVELS + 1][64]; /* vpermb indices, 4 bytes per lane */
+    int32_t sh[POLAR_LEVELS + 1][4][16]; /* right shift of the lane's field m */
+    int32_t add4[16];                  /* level 4: n4 on h = 1 lanes */
+    float t4[64];                      /* level 4: [cos4 | sin4] */
+    size_t wst[POLAR_LEVELS + 1], wsb[POLAR_LEVELS + 1];  /* window start, advance per super-block */
+    uint64_t wmask[POLAR_LEVELS + 1][POLAR_SBMAX];        /* window byte masks (record bounds) */
+    uint8_t rmask[POLAR_SBMAX];                           /* blocks present in super-block s */
+    int16_t pos2c[KVQ_DIM_MAX];                           /* lane-order position -> coordinate, -1: none */
+} polar_fast;
+
+static polar_fast *fast_build(const kvq_plan *p, const polar_priv *P) {
+    const int d = p->d, nblk = d / 16;
+    if (P->L != 4 || p->bits > 6) return NULL;
+    polar_fast *F = calloc(1, sizeof *F);
+    if (!F) return NULL;
+    F->nsb = (nblk + 7) / 8;
+    for (int l = 1; l <= 4; l++) {
+        const int f = 16 >> l, b = P->b[l], r = (int)(P->bitoff[l] & 7);
+        F->wst[l] = P->bitoff[l] >> 3;
+        F->wsb[l] = (size_t)f * b; /* 8 blocks x f fields x b bits / 8 */
+        for (int lane = 0; lane < 16; lane++) {
+            const int h = lane >> 3, blk = lane & 7;
+            const int o = r + (blk * f + (l < 4 ? h * (f / 2) : 0)) * b;
+            for (int k = 0; k < 4; k++) F->perm[l][4 * lane + k] = (uint8_t)((o >> 3) + k);
+            for (int m = 0; m < 4; m++) F->sh[l][m][lane] = (o & 7) + m * b;
+        }
+        for (int s = 0; s < F->nsb; s++) {
+            const size_t st = F->wst[l] + (size_t)s * F->wsb[l];
+            const size_t len = P->ang_bytes - st < 64 ? P->ang_bytes - st : 64;
+            F->wmask[l][s] = len >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << len) - 1);
+        }
+    }
+    const int n4 = P->cb[4].n;
+    for (int lane = 0; lane < 16; lane++) F->add4[lane] = lane >= 8 ? n4 : 0;
+    for (int k = 0; k < n4; k++) F->t4[k] = P->cosc[4][k], F->t4[n4 + k] = P->sinc[4][k];
+    for (int s = 0; s < F->nsb; s++) {
+        const int nb = nblk - 8 * s < 8 ? nblk - 8 * s : 8;
+        F->rmask[s] = (uint8_t)((1u << nb) - 1);
+    }
+    for (int t = 0; t < F->nsb * 128; t++) {
+        const int s = t >> 7, z = (t >> 4) & 7, lane = t & 15, blk = 8 * s + (lane & 7);
+        F->pos2c[t] = (int16_t)(blk < nblk ? 16 * blk + 8 * (lane >> 3) + z : -1);
+    }
+    return F;
+}
+
+#define KVQ_TARGET_POLAR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c,bmi2")))
+#define PAI static inline __attribute__((always_inline))
+
+typedef struct { __m512 c1[4], s1[4], c2, s2, c3, s3, t4[2]; } polar_tabs;
+
+KVQ_TARGET_POLAR PAI __m512 plut(const __m512 *t, __m512i idx, const int n) {
+    if (n <= 16) return _mm512_permutexvar_ps(idx, t[0]);
+    if (n <= 32) return _mm512_permutex2var_ps(t[0], idx, t[1]);
+    const __m512 lo = _mm512_permutex2var_ps(t[0], idx, t[1]), hi = _mm512_permutex2var_ps(t[2], idx, t[3]);
+    return _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), lo, hi);
+}
+
+KVQ_TARGET_POLAR PAI polar_tabs tabs_load(const polar_priv *P, const polar_fast *F) {
+    polar_tabs T;
+    for (int k = 0; k < 4; k++) T.c1[k] = _mm512_loadu_ps(P->cosc[1] + 16 * k), T.s1[k] = _mm512_loadu_ps(P->sinc[1] + 16 * k);
+    T.c2 = _mm512_loadu_ps(P->cosc[2]), T.s2 = _mm512_loadu_ps(P->sinc[2]);
+    T.c3 = _mm512_loadu_ps(P->cosc[3]), T.s3 = _mm512_loadu_ps(P->sinc[3]);
+    T.t4[0] = _mm512_loadu_ps(F->t4), T.t4[1] = _mm512_loadu_ps(F->t4 + 16);
+    return T;
+}
+
+KVQ_TARGET_POLAR PAI __m512i win(const polar_fast *F, const uint8_t *ang, int l, int s) {
+    return _mm512_permutexvar_epi8(_mm512_loadu_si512(F->perm[l]),
+                                   _mm512_maskz_loadu_epi8(F->wmask[l][s], ang + F->wst[l] + (size_t)s * F->wsb[l]));
+}
+
+KVQ_TARGET_POLAR PAI __m512i field(const polar_fast *F, __m512i x, int l, int m, int b) {
+    return _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_loadu_si512(F->sh[l][m])), _mm512_set1_epi32((1 << b) - 1));
+}
+
+/* Super-block s of a record (rad: its radii, ang: its angle stream). half < 0:
+ * y[8], y[4·b2 + 2·b1 + b0]; half = b2: y[4], y[2·b1 + b0] of that b2. */
+KVQ_TARGET_POLAR PAI void fast_decode(const polar_fast *F, const polar_tabs *T, const uint8_t *rad, const uint8_t *ang,
+                                      int s, const int sc32, const int B, const int half, __m512 *y) {
+    const int n1 = 1 << B, n = 1 << (B - 2);
+    const __m256 r8 = sc32 ? _mm256_maskz_loadu_ps(F->rmask[s], rad + 32 * (size_t)s)
+                           : _mm256_cvtph_ps(_mm_maskz_loadu_epi16(F->rmask[s], rad + 16 * (size_t)s));
+    const __m512i x4 = win(F, ang, 4, s);
+    const __m512i i4 = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(x4, _mm512_loadu_si512(F->sh[4][0])),
+                                                 _mm512_set1_epi32(n - 1), _mm512_loadu_si512(F->add4), 0xEA);
+    const __m512 R3 = _mm512_mul_ps(_mm512_broadcast_f32x8(r8), plut(T->t4, i4, 2 * n));
+    const __m512i i3 = field(F, win(F, ang, 3, s), 3, 0, B - 2);
+    __m512 R2[2] = {R3, R3};
+    if (half != 1) R2[0] = _mm512_mul_ps(R3, plut(&T->c3, i3, n));
+    if (half != 0) R2[1] = _mm512_mul_ps(R3, plut(&T->s3, i3, n));
+    const __m512i x2 = win(F, ang, 2, s), x1 = win(F, ang, 1, s);
+    for (int b2 = 0; b2 < 2; b2++) {
+        if (half >= 0 && b2 != half) continue;
+        const __m512i i2 = field(F, x2, 2, b2, B - 2);
+        const __m512 R1[2] = {_mm512_mul_ps(R2[b2], plut(&T->c2, i2, n)), _mm512_mul_ps(R2[b2], plut(&T->s2, i2, n))};
+        __m512 *o = y + (half < 0 ? 4 * b2 : 0);
+        for (int b1 = 0; b1 < 2; b1++) {
+            const __m512i i1 = field(F, x1, 1, 2 * b2 + b1, B);
+            o[2 * b1] = _mm512_mul_ps(R1[b1], plut(T->c1, i1, n1));
+            o[2 * b1 + 1] = _mm512_mul_ps(R1[b1], plut(T->s1, i1, n1));
+        }
+    }
+}
+
+KVQ_TARGET_POLAR PAI void score_fast_body(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                                          float *scores, const int B) {
+    const polar_priv *P = p->priv;
+    const polar_fast *F = P->fast;
+    const polar_tabs T = tabs_load(P, F);
+    const int nsb = F->nsb, sc32 = p->o.scale32;
+    const size_t cb = p->code_bytes, ra = (size_t)P->m * scale_bytes(p), qs = p->qfloats;
+    float qb[4][KVQ_DIM_MAX] __attribute__((aligned(64)));
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        for (size_t j = 0; j < 4; j++) {
+            const float *src = qp + (j0 + (j < m ? j : 0)) * qs;
+            for (int t = 0; t < nsb * 128; t++) qb[j][t] = F->pos2c[t] >= 0 ? src[F->pos2c[t]] : 0.0f;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * cb;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int s = 0; s < nsb; s++) {
+                __m512 y[8];
+                fast_decode(F, &T, rec, rec + ra, s, sc32, B, -1, y);
+#pragma GCC unroll 8
+                for (int z = 0; z < 8; z++) {
+                    const size_t o = (size_t)s * 128 + 16 * (size_t)z;
+                    a0 = _mm512_fmadd_ps(y[z], _mm512_load_ps(qb[0] + o), a0);
+                    a1 = _mm512_fmadd_ps(y[z], _mm512_load_ps(qb[1] + o), a1);
+                    a2 = _mm512_fmadd_ps(y[z], _mm512_load_ps(qb[2] + o), a2);
+                    a3 = _mm512_fmadd_ps(y[z], _mm512_load_ps(qb[3] + o), a3);
+                }
+            }
+            float sc[4];
+            _mm_storeu_ps(sc, hsum4_512(a0, a1, a2, a3));
+            for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] = sc[j];
+        }
+    }
+}
+
+KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                          float *acc, const int B) {
+    const polar_priv *P = p->priv;
+    const polar_fast *F = P->fast;
+    const polar_tabs T = tabs_load(P, F);
+    const int nsb = F->nsb, sc32 = p->o.scale32, d = p->d;
+    const size_t cb = p->code_bytes, ra = (size_t)P->m * scale_bytes(p);
+    float out[4][4][16] __attribute__((aligned(64)));
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
+        const float *w0 = w + j0 * n, *w1 = m > 1 ? w0 + n : w0, *w2 = m > 2 ? w0 + 2 * n : w0,
+                    *w3 = m > 3 ? w0 + 3 * n : w0;
+        for (int s = 0; s < nsb; s++)
+            for (int b2 = 0; b2 < 2; b2++) {
+                __m512 a[4][4];
+                for (int j = 0; j < 4; j++)
+                    for (int z = 0; z < 4; z++) a[j][z] = _mm512_setzero_ps();
+                for (size_t i = 0; i < n; i++) {
+                    const uint8_t *rec = codes + i * cb;
+                    __m512 y[4];
+                    fast_decode(F, &T, rec, rec + ra, s, sc32, B, b2, y);
+                    const __m512 g0 = _mm512_set1_ps(w0[i]), g1 = _mm512_set1_ps(w1[i]);
+                    const __m512 g2 = _mm512_set1_ps(w2[i]), g3 = _mm512_set1_ps(w3[i]);
+#pragma GCC unroll 4
+                    for (int z = 0; z < 4; z++) {
+                        a[0][z] = _mm512_fmadd_ps(g0, y[z], a[0][z]);
+                        a[1][z] = _mm512_fmadd_ps(g1, y[z], a[1][z]);
+                        a[2][z] = _mm512_fmadd_ps(g2, y[z], a[2][z]);
+                        a[3][z] = _mm512_fmadd_ps(g3, y[z], a[3][z]);
+                    }
+                }
+                for (size_t j = 0; j < m; j++) {
+                    float *r = acc + (j0 + j) * (size_t)d;
+                    for (int z = 0; z < 4; z++) _mm512_store_ps(out[j][z], a[j][z]);
+                    for (int z = 0; z < 4; z++)
+                        for (int lane = 0; lane < 16; lane++) {
+                            const int c = F->pos2c[s * 128 + (4 * b2 + z) * 16 + lane];
+                            if (c >= 0) r[c] += out[j][z][lane];
+                        }
+                }
+            }
+    }
+}
+
+#define POLAR_FAST_B(X) X(3) X(4) X(5) X(6)
+#define DEF_POLAR_FAST(B)                                                                                          \
+    KVQ_TARGET_POLAR static void score_fast_##B(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, \
+                                                size_t n, float *scores) {                                         \
+        score_fast_body(p, qp, nq, codes, n, scores, B);                                                            \
+    }                                                                                                               \
+    KVQ_TARGET_POLAR static void accum_fast_##B(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes,  \
+                                                size_t n, float *acc) {                                            \
+        accum_fast_body(p, w, nq, codes, n, acc, B);                                                                \
+    }
+POLAR_FAST_B(DEF_POLAR_FAST)
+#endif
+
 static void fini(kvq_plan *p) {
+    polar_priv *P = p->priv;
+    if (P) free(P->fast);
     free(p->priv);
     p->priv = NULL;
 }
@@ -537,6 +761,13 @@ static int init(kvq_plan *p) {
         p->decode = dec_avx2;
         p->score = score_avx2;
         p->accum = accum_avx2;
+    }
+    if (p->isa >= KVQ_ISA_AVX512 && p->vnni && (P->fast = fast_build(p, P)) != NULL) {
+        switch (p->bits) {
+#define CASE_POLAR_FAST(B) case B: p->score = score_fast_##B; p->accum = accum_fast_##B; break;
+            POLAR_FAST_B(CASE_POLAR_FAST)
+#undef CASE_POLAR_FAST
+        }
     }
 #endif
     return KVQ_OK;
