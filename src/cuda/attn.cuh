@@ -384,6 +384,17 @@ KVQ_UNROLL
                 x[k][0] = *(const uint16_t *)(f + faddr<D / 8>(t, 2 * g));
             }
         }
+        if (W == 2) {
+            /* 2-bit: likewise, a nibble holds one coordinate of both tokens (code of k0 in its
+             * low two bits): its lookup (c[lo], c[hi]) is the A register. x[2p]: even fields
+             * (coordinate of mt's low half), x[2p + 1]: odd fields, nibble mt. */
+KVQ_UNROLL
+            for (int pr = 0; pr < 2; pr++) {
+                const uint32_t x0 = x[2 * pr][0], x1 = x[2 * pr + 1][0];
+                x[2 * pr][0] = (x0 & 0x33333333u) | ((x1 << 2) & 0xccccccccu);
+                x[2 * pr + 1][0] = ((x0 >> 2) & 0x33333333u) | (x1 & 0xccccccccu);
+            }
+        }
         if (W == 4) {
             /* 4-bit: the nibbles of a token pair (k0, k1 | k2, k3) interleaved, so that a byte
              * holds one coordinate of both tokens: its lookup (c[lo], c[hi]) is the A register
@@ -409,16 +420,16 @@ KVQ_UNROLL
                 a[i] = b == 0 ? lut4w<0>(L, w, lane4) : b == 1 ? lut4w<1>(L, w, lane4) : b == 2 ? lut4w<2>(L, w, lane4)
                                                                                              : lut4w<3>(L, w, lane4);
             }
+        } else if constexpr (W == 2) {
+            /* the interleaved words (load): a0 = x[0] (row g; k0, k1), a1 = x[1] (row g + 8), a2, a3: k2, k3 */
+KVQ_UNROLL
+            for (int i = 0; i < 4; i++) a[i] = lut2(L, (x[i][0] >> (4 * mt)) & 15u);
         } else {
             uint32_t u[4];
 KVQ_UNROLL
             for (int k = 0; k < 4; k++) {
-                if (W == 2) {
-                    u[k] = lut2(L, (x[k][0] >> (4 * mt)) & 15u);
-                } else {
-                    const uint2 e = lut1(L, (x[k][0] >> (4 * (mt >> 1))) & 15u);
-                    u[k] = (mt & 1) ? e.y : e.x;
-                }
+                const uint2 e = lut1(L, (x[k][0] >> (4 * (mt >> 1))) & 15u);
+                u[k] = (mt & 1) ? e.y : e.x;
             }
             vpack(a, u[0], u[1], u[2], u[3]);
         }
@@ -532,9 +543,11 @@ __device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
         const LutDesc &L = p.lut[i];
         uint32_t *dst = (uint32_t *)(lut + L.off);
         if (L.w == 4) {
-            for (int e = threadIdx.x; e < 256 * 32; e += blockDim.x) {
-                const int byte = e >> 5;
-                dst[e] = pack2(L.c[byte & 15], L.c[byte >> 4]);
+            /* 16-byte stores: 4 lanes' copies of an entry at once */
+            for (int e = threadIdx.x; e < 256 * 8; e += blockDim.x) {
+                const int byte = e >> 3;
+                const uint32_t v = pack2(L.c[byte & 15], L.c[byte >> 4]);
+                ((uint4 *)dst)[e] = make_uint4(v, v, v, v);
             }
         } else if (L.w == 2) {
             for (int n = threadIdx.x; n < 16; n += blockDim.x) dst[n] = pack2(L.c[n & 3], L.c[n >> 2]);
