@@ -510,6 +510,8 @@ KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t
 #define POLAR_SBMAX (KVQ_DIM_MAX / 128)
 typedef struct polar_fast {
     int nsb;                          /* super-blocks */
+    int direct;                       /* B = 4, 128 | d: every lane's fields from broadcast loads (see fast_build) */
+    size_t off[POLAR_LEVELS + 1];     /* direct: first byte of level l in the angle stream */
     uint8_t perm[POLAR_LEVELS + 1][64]; /* vpermb indices, 4 bytes per lane */
     int32_t sh[POLAR_LEVELS + 1][4][16]; /* right shift of the lane's field m */
     int32_t add4[16];                  /* level 4: n4 on h = 1 lanes */
@@ -540,6 +542,23 @@ static polar_fast *fast_build(const kvq_plan *p, const polar_priv *P) {
             const size_t st = F->wst[l] + (size_t)s * F->wsb[l];
             const size_t len = P->ang_bytes - st < 64 ? P->ang_bytes - st : 64;
             F->wmask[l][s] = len >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << len) - 1);
+        }
+    }
+    if (p->bits == 4 && d % 128 == 0) {
+        /* Byte-aligned levels of 8 blocks per super-block: level 1 is one
+         * dword per block (fields 4h + m at 16h + 4m), level 2 one byte per
+         * block (4h + 2m), level 3 one dword per super-block (field 2·blk + h
+         * at 4·blk + 2h), level 4 one 16-bit word (2·blk). */
+        F->direct = 1;
+        for (int l = 1; l <= 4; l++) F->off[l] = P->bitoff[l] >> 3;
+        for (int lane = 0; lane < 16; lane++) {
+            const int h = lane >> 3, blk = lane & 7;
+            for (int m = 0; m < 4; m++) {
+                F->sh[1][m][lane] = 16 * h + 4 * m;
+                F->sh[2][m][lane] = 4 * h + 2 * m;
+                F->sh[3][m][lane] = 4 * blk + 2 * h;
+                F->sh[4][m][lane] = 2 * blk;
+            }
         }
     }
     const int n4 = P->cb[4].n;
@@ -582,6 +601,25 @@ KVQ_TARGET_POLAR PAI __m512i win(const polar_fast *F, const uint8_t *ang, int l,
                                    _mm512_maskz_loadu_epi8(F->wmask[l][s], ang + F->wst[l] + (size_t)s * F->wsb[l]));
 }
 
+/* Direct (B = 4, 128 | d): the lanes' words of level l, super-block s. */
+KVQ_TARGET_POLAR PAI __m512i dwin(const polar_fast *F, const uint8_t *ang, int l, int s) {
+    const uint8_t *a = ang + F->off[l];
+    if (l == 1) return _mm512_broadcast_i32x8(_mm256_loadu_si256((const __m256i *)(a + 32 * (size_t)s)));
+    if (l == 2) {
+        uint64_t v;
+        memcpy(&v, a + 8 * (size_t)s, 8);
+        return _mm512_cvtepu8_epi32(_mm_set1_epi64x((long long)v));
+    }
+    if (l == 3) {
+        uint32_t v;
+        memcpy(&v, a + 4 * (size_t)s, 4);
+        return _mm512_set1_epi32((int)v);
+    }
+    uint16_t v;
+    memcpy(&v, a + 2 * (size_t)s, 2);
+    return _mm512_set1_epi32(v);
+}
+
 KVQ_TARGET_POLAR PAI __m512i field(const polar_fast *F, __m512i x, int l, int m, int b) {
     return _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_loadu_si512(F->sh[l][m])), _mm512_set1_epi32((1 << b) - 1));
 }
@@ -589,19 +627,19 @@ KVQ_TARGET_POLAR PAI __m512i field(const polar_fast *F, __m512i x, int l, int m,
 /* Super-block s of a record (rad: its radii, ang: its angle stream). half < 0:
  * y[8], y[4·b2 + 2·b1 + b0]; half = b2: y[4], y[2·b1 + b0] of that b2. */
 KVQ_TARGET_POLAR PAI void fast_decode(const polar_fast *F, const polar_tabs *T, const uint8_t *rad, const uint8_t *ang,
-                                      int s, const int sc32, const int B, const int half, __m512 *y) {
+                                      int s, const int sc32, const int B, const int half, const int D, __m512 *y) {
     const int n1 = 1 << B, n = 1 << (B - 2);
     const __m256 r8 = sc32 ? _mm256_maskz_loadu_ps(F->rmask[s], rad + 32 * (size_t)s)
                            : _mm256_cvtph_ps(_mm_maskz_loadu_epi16(F->rmask[s], rad + 16 * (size_t)s));
-    const __m512i x4 = win(F, ang, 4, s);
+    const __m512i x4 = D ? dwin(F, ang, 4, s) : win(F, ang, 4, s);
     const __m512i i4 = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(x4, _mm512_loadu_si512(F->sh[4][0])),
                                                  _mm512_set1_epi32(n - 1), _mm512_loadu_si512(F->add4), 0xEA);
     const __m512 R3 = _mm512_mul_ps(_mm512_broadcast_f32x8(r8), plut(T->t4, i4, 2 * n));
-    const __m512i i3 = field(F, win(F, ang, 3, s), 3, 0, B - 2);
+    const __m512i i3 = field(F, D ? dwin(F, ang, 3, s) : win(F, ang, 3, s), 3, 0, B - 2);
     __m512 R2[2] = {R3, R3};
     if (half != 1) R2[0] = _mm512_mul_ps(R3, plut(&T->c3, i3, n));
     if (half != 0) R2[1] = _mm512_mul_ps(R3, plut(&T->s3, i3, n));
-    const __m512i x2 = win(F, ang, 2, s), x1 = win(F, ang, 1, s);
+    const __m512i x2 = D ? dwin(F, ang, 2, s) : win(F, ang, 2, s), x1 = D ? dwin(F, ang, 1, s) : win(F, ang, 1, s);
     for (int b2 = 0; b2 < 2; b2++) {
         if (half >= 0 && b2 != half) continue;
         const __m512i i2 = field(F, x2, 2, b2, B - 2);
@@ -616,7 +654,7 @@ KVQ_TARGET_POLAR PAI void fast_decode(const polar_fast *F, const polar_tabs *T, 
 }
 
 KVQ_TARGET_POLAR PAI void score_fast_body(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
-                                          float *scores, const int B) {
+                                          float *scores, const int B, const int D) {
     const polar_priv *P = p->priv;
     const polar_fast *F = P->fast;
     const polar_tabs T = tabs_load(P, F);
@@ -634,7 +672,7 @@ KVQ_TARGET_POLAR PAI void score_fast_body(const kvq_plan *p, const float *qp, si
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int s = 0; s < nsb; s++) {
                 __m512 y[8];
-                fast_decode(F, &T, rec, rec + ra, s, sc32, B, -1, y);
+                fast_decode(F, &T, rec, rec + ra, s, sc32, B, -1, D, y);
 #pragma GCC unroll 8
                 for (int z = 0; z < 8; z++) {
                     const size_t o = (size_t)s * 128 + 16 * (size_t)z;
@@ -652,7 +690,7 @@ KVQ_TARGET_POLAR PAI void score_fast_body(const kvq_plan *p, const float *qp, si
 }
 
 KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
-                                          float *acc, const int B) {
+                                          float *acc, const int B, const int D) {
     const polar_priv *P = p->priv;
     const polar_fast *F = P->fast;
     const polar_tabs T = tabs_load(P, F);
@@ -671,7 +709,7 @@ KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, siz
                 for (size_t i = 0; i < n; i++) {
                     const uint8_t *rec = codes + i * cb;
                     __m512 y[4];
-                    fast_decode(F, &T, rec, rec + ra, s, sc32, B, b2, y);
+                    fast_decode(F, &T, rec, rec + ra, s, sc32, B, b2, D, y);
                     const __m512 g0 = _mm512_set1_ps(w0[i]), g1 = _mm512_set1_ps(w1[i]);
                     const __m512 g2 = _mm512_set1_ps(w2[i]), g3 = _mm512_set1_ps(w3[i]);
 #pragma GCC unroll 4
@@ -699,13 +737,21 @@ KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, siz
 #define DEF_POLAR_FAST(B)                                                                                          \
     KVQ_TARGET_POLAR static void score_fast_##B(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, \
                                                 size_t n, float *scores) {                                         \
-        score_fast_body(p, qp, nq, codes, n, scores, B);                                                            \
+        score_fast_body(p, qp, nq, codes, n, scores, B, 0);                                                         \
     }                                                                                                               \
     KVQ_TARGET_POLAR static void accum_fast_##B(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes,  \
                                                 size_t n, float *acc) {                                            \
-        accum_fast_body(p, w, nq, codes, n, acc, B);                                                                \
+        accum_fast_body(p, w, nq, codes, n, acc, B, 0);                                                             \
     }
 POLAR_FAST_B(DEF_POLAR_FAST)
+KVQ_TARGET_POLAR static void score_fast_4d(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                                           float *scores) {
+    score_fast_body(p, qp, nq, codes, n, scores, 4, 1);
+}
+KVQ_TARGET_POLAR static void accum_fast_4d(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                           float *acc) {
+    accum_fast_body(p, w, nq, codes, n, acc, 4, 1);
+}
 #endif
 
 static void fini(kvq_plan *p) {
@@ -768,6 +814,7 @@ static int init(kvq_plan *p) {
             POLAR_FAST_B(CASE_POLAR_FAST)
 #undef CASE_POLAR_FAST
         }
+        if (P->fast->direct) p->score = score_fast_4d, p->accum = accum_fast_4d;
     }
 #endif
     return KVQ_OK;
