@@ -37,7 +37,8 @@ MODE=quick
 KVQ=""
 OUT="$ROOT/docs/results"
 THREADS=2
-ONLY="codec,memplan,kld,ppl,needle,gencheck,bench,report"
+ALL_STEPS="codec,memplan,kld,ppl,needle,gencheck,bench,report"
+ONLY="$ALL_STEPS"
 POLICIES=""
 MEM=16GiB
 MODELS=()
@@ -118,8 +119,8 @@ run_step() {
     local name="$1" out="$2"
     shift 2
     [ "$INTERRUPTED" = 0 ] || return 0
-    printf '%q ' "$@" | sed "s|$ROOT/||g" >> "$DIR/commands.txt"
-    echo >> "$DIR/commands.txt"
+    local cmdline
+    cmdline="$(printf '%q ' "$@" | sed "s|$ROOT/||g")"
     echo "== $(basename "$DIR"): $name" >&2
     local t0=$SECONDS
     # stderr: to the log, and to the terminal too when there is one (progress lines)
@@ -132,7 +133,7 @@ run_step() {
     local n
     n="$(grep -c '^{' "$out" 2>/dev/null || true)"
     echo "   $name: exit $rc, $((SECONDS - t0)) s, ${n:-0} results in $(basename "$out")" >&2
-    echo "# exit $rc, $((SECONDS - t0)) s" >> "$DIR/commands.txt"
+    printf '%s\n# exit %s, %s s\n' "$cmdline" "$rc" "$((SECONDS - t0))" >> "$DIR/commands.txt"  # one append: runs may overlap
     [ "$rc" = 130 ] && INTERRUPTED=1
     return 0
 }
@@ -189,10 +190,12 @@ tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128"
         BENCH_ARGS=(--ctx "$(cap_list 512,4096,8192,16384,32768)" --gen 32 --prefill 512 --rounds 4)
     fi
 
+    # a partial run (--only) adds to commands.txt, a whole one starts it anew
+    [ "$ONLY" = "$ALL_STEPS" ] && : > "$DIR/commands.txt"
     {
-        echo "# scripts/full-report.sh --$MODE $NAME"
+        echo "# scripts/full-report.sh --$MODE --only $ONLY $NAME"
         echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-    } > "$DIR/commands.txt"
+    } >> "$DIR/commands.txt"
 
     # ---- steps (each result file is rewritten by its step)
     C=(--threads "$THREADS" --json)
