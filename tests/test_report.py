@@ -98,6 +98,23 @@ def main():
             check(total <= 1 << 30, "memplan: max_ctx fits the budget")
             check(f["max_ctx_model"] == min(f["max_ctx"], 8192), "memplan: capped by the model's context")
 
+        # policy strings (tools/policy.h): canonical names, fields, errors
+        out = run([a.kvq, "memplan", "-m", model, "--mem", "1GiB", "--points", "1K", "--json", "--policies",
+                   "k=q8,v=tq-mse:4,w=128,f16layers=0;-1|tq-mse:3/tq-mse:3,sliding=1"])
+        rows = jsonl(out)
+        names = [r.get("policy") for r in rows]
+        check(names == ["f16", "q8/tq-mse:4,w=128,f16layers=0;-1", "tq-mse:3,sliding=1"], "policy names %s" % names)
+        if len(rows) == 3:
+            r = rows[1]
+            check(r["k"] == "q8" and r["v"] == "tq-mse:4" and r["window"] == 128 and r["f16_layers"] == [0, -1],
+                  "policy fields %s" % r)
+            # two f16 layers of 30: 28 layers of q8 (68+68 B/head) and tq-mse:4 (34 B/head at d=64), 2 of f16
+            check(r["kv_bytes_per_token"] == 3 * (28 * (68 + 34) + 2 * 256), "policy bytes %d" % r["kv_bytes_per_token"])
+        for bad in ("tq-mse:4,zz=1", "k=q8,w=x", "q8,f16layers=0;99", "nosuch:3"):
+            r = subprocess.run([a.kvq, "memplan", "-m", model, "--mem", "1GiB", "--policies", bad],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+            check(r.returncode == 2, "bad policy %r: exit %d" % (bad, r.returncode))
+
         # report
         r = subprocess.run([sys.executable, os.path.join(a.root, "scripts", "report.py"), d], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=300)
