@@ -498,7 +498,7 @@ KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t
  * coordinate 16·blk + 8·h + 4·b2 + 2·b1 + b0. Every lane needs the angle
  * fields of its own (block, half): per level, one masked 64-byte load of the
  * level's bytes of the super-block, one vpermb putting each lane's bytes in
- * its dword, then a variable shift and a mask per field (<= 4 fields, <= 31
+ * its dword, then a variable shift per field (<= 4 fields, <= 31
  * bits per lane for B <= 6). Table lookups are register permutes (<= 16
  * entries: vpermps, 32: vpermt2ps, 64: two and a blend). The products are
  * the scalar decode's, in its order (rad·f4·f3·f2·f1).
@@ -516,6 +516,10 @@ typedef struct polar_fast {
     int32_t sh[POLAR_LEVELS + 1][4][16]; /* right shift of the lane's field m */
     int32_t add4[16];                  /* level 4: n4 on h = 1 lanes */
     float t4[64];                      /* level 4: [cos4 | sin4] */
+    /* cos/sin tables of levels 1..3 repeated to 16 entries (fewer levels)
+     * or as is (32, 64): the permutes read only the index bits they need,
+     * so the fields are never masked */
+    float ct[4][64], st[4][64];
     size_t wst[POLAR_LEVELS + 1], wsb[POLAR_LEVELS + 1];  /* window start, advance per super-block */
     uint64_t wmask[POLAR_LEVELS + 1][POLAR_SBMAX];        /* window byte masks (record bounds) */
     uint8_t rmask[POLAR_SBMAX];                           /* blocks present in super-block s */
@@ -564,6 +568,10 @@ static polar_fast *fast_build(const kvq_plan *p, const polar_priv *P) {
     const int n4 = P->cb[4].n;
     for (int lane = 0; lane < 16; lane++) F->add4[lane] = lane >= 8 ? n4 : 0;
     for (int k = 0; k < n4; k++) F->t4[k] = P->cosc[4][k], F->t4[n4 + k] = P->sinc[4][k];
+    for (int l = 1; l <= 3; l++) {
+        const int n = P->cb[l].n, span = n < 16 ? 16 : n;
+        for (int k = 0; k < span; k++) F->ct[l][k] = P->cosc[l][k % n], F->st[l][k] = P->sinc[l][k % n];
+    }
     for (int s = 0; s < F->nsb; s++) {
         const int nb = nblk - 8 * s < 8 ? nblk - 8 * s : 8;
         F->rmask[s] = (uint8_t)((1u << nb) - 1);
@@ -589,9 +597,10 @@ KVQ_TARGET_POLAR PAI __m512 plut(const __m512 *t, __m512i idx, const int n) {
 
 KVQ_TARGET_POLAR PAI polar_tabs tabs_load(const polar_priv *P, const polar_fast *F) {
     polar_tabs T;
-    for (int k = 0; k < 4; k++) T.c1[k] = _mm512_loadu_ps(P->cosc[1] + 16 * k), T.s1[k] = _mm512_loadu_ps(P->sinc[1] + 16 * k);
-    T.c2 = _mm512_loadu_ps(P->cosc[2]), T.s2 = _mm512_loadu_ps(P->sinc[2]);
-    T.c3 = _mm512_loadu_ps(P->cosc[3]), T.s3 = _mm512_loadu_ps(P->sinc[3]);
+    (void)P;
+    for (int k = 0; k < 4; k++) T.c1[k] = _mm512_loadu_ps(F->ct[1] + 16 * k), T.s1[k] = _mm512_loadu_ps(F->st[1] + 16 * k);
+    T.c2 = _mm512_loadu_ps(F->ct[2]), T.s2 = _mm512_loadu_ps(F->st[2]);
+    T.c3 = _mm512_loadu_ps(F->ct[3]), T.s3 = _mm512_loadu_ps(F->st[3]);
     T.t4[0] = _mm512_loadu_ps(F->t4), T.t4[1] = _mm512_loadu_ps(F->t4 + 16);
     return T;
 }
@@ -620,8 +629,10 @@ KVQ_TARGET_POLAR PAI __m512i dwin(const polar_fast *F, const uint8_t *ang, int l
     return _mm512_set1_epi32(v);
 }
 
-KVQ_TARGET_POLAR PAI __m512i field(const polar_fast *F, __m512i x, int l, int m, int b) {
-    return _mm512_and_si512(_mm512_srlv_epi32(x, _mm512_loadu_si512(F->sh[l][m])), _mm512_set1_epi32((1 << b) - 1));
+/* Field m of the lanes of level l at bit 0; the bits above are the next
+ * fields, which the (periodic) table permutes ignore. */
+KVQ_TARGET_POLAR PAI __m512i field(const polar_fast *F, __m512i x, int l, int m) {
+    return _mm512_srlv_epi32(x, _mm512_loadu_si512(F->sh[l][m]));
 }
 
 /* Super-block s of a record (rad: its radii, ang: its angle stream). half < 0:
@@ -635,18 +646,18 @@ KVQ_TARGET_POLAR PAI void fast_decode(const polar_fast *F, const polar_tabs *T, 
     const __m512i i4 = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(x4, _mm512_loadu_si512(F->sh[4][0])),
                                                  _mm512_set1_epi32(n - 1), _mm512_loadu_si512(F->add4), 0xEA);
     const __m512 R3 = _mm512_mul_ps(_mm512_broadcast_f32x8(r8), plut(T->t4, i4, 2 * n));
-    const __m512i i3 = field(F, D ? dwin(F, ang, 3, s) : win(F, ang, 3, s), 3, 0, B - 2);
+    const __m512i i3 = field(F, D ? dwin(F, ang, 3, s) : win(F, ang, 3, s), 3, 0);
     __m512 R2[2] = {R3, R3};
     if (half != 1) R2[0] = _mm512_mul_ps(R3, plut(&T->c3, i3, n));
     if (half != 0) R2[1] = _mm512_mul_ps(R3, plut(&T->s3, i3, n));
     const __m512i x2 = D ? dwin(F, ang, 2, s) : win(F, ang, 2, s), x1 = D ? dwin(F, ang, 1, s) : win(F, ang, 1, s);
     for (int b2 = 0; b2 < 2; b2++) {
         if (half >= 0 && b2 != half) continue;
-        const __m512i i2 = field(F, x2, 2, b2, B - 2);
+        const __m512i i2 = field(F, x2, 2, b2);
         const __m512 R1[2] = {_mm512_mul_ps(R2[b2], plut(&T->c2, i2, n)), _mm512_mul_ps(R2[b2], plut(&T->s2, i2, n))};
         __m512 *o = y + (half < 0 ? 4 * b2 : 0);
         for (int b1 = 0; b1 < 2; b1++) {
-            const __m512i i1 = field(F, x1, 1, 2 * b2 + b1, B);
+            const __m512i i1 = field(F, x1, 1, 2 * b2 + b1);
             o[2 * b1] = _mm512_mul_ps(R1[b1], plut(T->c1, i1, n1));
             o[2 * b1 + 1] = _mm512_mul_ps(R1[b1], plut(T->s1, i1, n1));
         }
@@ -720,9 +731,10 @@ KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, siz
                         a[3][z] = _mm512_fmadd_ps(g3, y[z], a[3][z]);
                     }
                 }
+                for (int j = 0; j < 4; j++)
+                    for (int z = 0; z < 4; z++) _mm512_store_ps(out[j][z], a[j][z]);
                 for (size_t j = 0; j < m; j++) {
                     float *r = acc + (j0 + j) * (size_t)d;
-                    for (int z = 0; z < 4; z++) _mm512_store_ps(out[j][z], a[j][z]);
                     for (int z = 0; z < 4; z++)
                         for (int lane = 0; lane < 16; lane++) {
                             const int c = F->pos2c[s * 128 + (4 * b2 + z) * 16 + lane];
