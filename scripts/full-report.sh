@@ -182,7 +182,7 @@ tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128"
         CODEC_N=4000; KLD_ARGS=(--ctx 512 --chunks 2); PPL_ARGS=()
         NEEDLE_ARGS=(--ctx 1024 --depths 0.1,0.5,0.9 --trials 1)
         GEN_ARGS=(--n 64 --prompts 4)
-        BENCH_ARGS=(--ctx 512,1024 --gen 16 --prefill 128 --rounds 4)
+        BENCH_ARGS=(--ctx 512,1024 --gen 16 --prefill 128 --rounds 8)
     else
         CODEC_N=20000; KLD_ARGS=(--ctx 2048 --chunks 8); PPL_ARGS=(--ctx 2048 --chunks 8)
         NEEDLE_ARGS=(--ctx "$(cap_list 1024,4096,8192,16384,32768)" --trials 2)
