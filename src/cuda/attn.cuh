@@ -5,16 +5,18 @@
  * context); one block of NW warps per item. Each warp walks tiles of 16
  * tokens of its item (warp w takes tiles w, w + NW, ...), staged into shared
  * memory by cp.async (STAGES deep, private to the warp), and for each tile:
- *   scores  S^T (8 query rows x 16 tokens) = Q~ (f16, registers) x K^T, one
- *           m16n8k16 tensor-core MMA per 16 coordinates and 8 tokens; K
- *           codes are turned into f16 by table lookups (4-bit: a byte ->
- *           two centroids table replicated per lane, conflict-free; 2- and
+ *   scores  S (16 tokens x 8 queries) = K x Q~^T, the tokens as the rows of
+ *           m16n8k16 tensor-core MMAs (K the A operand, the f16 query in
+ *           registers the B operand: one MMA per 16 coordinates); K codes
+ *           are turned into f16 by table lookups (4-bit: a byte -> two
+ *           centroids, table replicated per lane, conflict-free; 2- and
  *           1-bit: a nibble table), record scales applied after the MMA;
  *   softmax online (running max / sum per query, base 2: log2(e) is folded
- *           into the query), masked tokens -inf;
+ *           into the query; the warp max is formed only when a vote finds a
+ *           score above its running max), masked tokens -inf;
  *   values  O^T (16 coordinates x 8 queries) += V^T x P^T: the probabilities
- *           stay in registers (the score accumulator layout is the B operand
- *           layout), V's record scale is folded into P.
+ *           stay in registers (P packed to f16, V's record scale folded in,
+ *           transposed to the B fragment by movmatrix).
  * The rotated query and O stay in the method's rotated domain; the merge
  * kernel (attn.cu) combines the chunks exactly and applies one inverse
  * rotation per head. Coordinates are permuted freely between the lanes
