@@ -342,12 +342,12 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     const bool win = b->win_len != NULL && L->W > 0;
     if (b->win_len && (!b->window || L->W <= 0)) return KVQ_ERR_INVALID_ARG;
     cudaStream_t st = (cudaStream_t)stream;
-    /* split-K: about 4 waves of blocks, whole warps' worth of tiles per chunk (4 rather
-     * than 8 waves: tq-mse:4/4 at 16 x 32K 8% faster on the H200, fewer LUT builds and
-     * partial states per tile; docs/RESULTS.md) */
+    /* split-K: about 2 waves of blocks (at most 32 tiles per warp), whole warps' worth of
+     * tiles per chunk (2 rather than 8 waves: tq-mse:4/4 at 16 x 32K 12% faster on the
+     * H200, 4 x 32K 1.75x, fewer LUT builds and partial states per tile; docs/RESULTS.md) */
     const int tiles = (b->max_main_len + 15) / 16;
     const long long items = (long long)b->n_seq * L->H * L->QG;
-    const long long target = 4LL * L->sms * L->occ;
+    const long long target = 2LL * L->sms * L->occ;
     long long want = (target + items - 1) / items;
     if (want < 1) want = 1;
     int ct = (int)((tiles + want - 1) / want);
