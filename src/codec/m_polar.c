@@ -59,9 +59,13 @@
  * Decode walks the levels down multiplying by cos/sin tables of the
  * centroids (AVX2: indices cut from the bitstream with variable shifts,
  * table lookups by register permutes, bit-identical to the scalar decode).
- * Score and accumulate decode one record at a time to a stack buffer (the
- * rotated domain) and take dot products / axpys there. AVX-512 plans use the
- * AVX2 kernels.
+ * Score and accumulate: scalar and AVX2 decode one record at a time to a
+ * stack buffer (the rotated domain) and take dot products / axpys there.
+ * AVX-512 plans with VBMI and B <= 6 (16 | d) expand the levels in registers,
+ * 16 lanes = (block, level-4 half) of 8 blocks, no value shuffles, 4 query
+ * rows per record pass (see "AVX-512 VBMI score / accumulate" below); d = 128,
+ * polar:4, 4 rows: score 80 -> 20 ns and accumulate 72 -> 18 ns per record
+ * (f16: 17 and 9.5 ns). Other AVX-512 plans use the AVX2 kernels.
  */
 #include <math.h>
 #include <stdlib.h>
