@@ -7,6 +7,7 @@
 
 #include "codec_internal.h"
 #include "cpu.h"
+#include "simd_util.h"
 
 /* ---- seeded randomness (splitmix64 + Box-Muller in double) -------------- */
 void rng_seed(kvq_rng *r, uint64_t seed) { r->s = seed; r->have = 0; r->spare = 0; }
@@ -265,12 +266,48 @@ static int load_row(const void *x, kvq_dtype dt, size_t row, int d, float *out) 
     return bad ? KVQ_ERR_NONFINITE : KVQ_OK;
 }
 
+/* 1 if no value of x[0..n) is Inf or NaN (every exponent bit set). */
+static int all_finite_ref(const float *x, size_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t e = u[i] & 0x7f800000u;
+        mx = e > mx ? e : mx;
+    }
+    return mx != 0x7f800000u;
+}
+
+#if KVQ_X86
+KVQ_TARGET_AVX512 static int all_finite_avx512(const float *x, size_t n) {
+    const __m512i m = _mm512_set1_epi32(0x7f800000);
+    __m512i mx = _mm512_setzero_si512();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_loadu_si512(x + i), m));
+    return _mm512_reduce_max_epu32(mx) != 0x7f800000u && all_finite_ref(x + i, n - i);
+}
+#endif
+
 int kvq_encode(const kvq_plan *p, const void *x, kvq_dtype dtype, size_t n, void *codes) {
     if (!p || (!x && n) || (!codes && n)) return KVQ_ERR_NULL;
     if (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16 && dtype != KVQ_DTYPE_BF16) return KVQ_ERR_INVALID_ARG;
     if (mul_overflows(n, (size_t)p->d * 4) || mul_overflows(n, p->code_bytes)) return KVQ_ERR_OVERFLOW;
     float row[KVQ_DIM_MAX];
     uint8_t *c = codes;
+    if (dtype == KVQ_DTYPE_F32) { /* whole batch checked first: a bad row writes no codes */
+        const float *xf = x;
+        int ok;
+#if KVQ_X86
+        ok = p->isa >= KVQ_ISA_AVX512 ? all_finite_avx512(xf, n * (size_t)p->d) : all_finite_ref(xf, n * (size_t)p->d);
+#else
+        ok = all_finite_ref(xf, n * (size_t)p->d);
+#endif
+        if (!ok) return KVQ_ERR_NONFINITE;
+        for (size_t i = 0; i < n; i++) {
+            int rc = p->encode(p, xf + i * (size_t)p->d, c + i * p->code_bytes);
+            if (rc) return rc;
+        }
+        return KVQ_OK;
+    }
     for (size_t i = 0; i < n; i++) {
         int rc = load_row(x, dtype, i, p->d, row);
         if (rc) return rc;

@@ -610,17 +610,19 @@ encode_fused_body(const kvq_rotation *rot, const kvq_codebook *cb, const int d, 
     const int guess = cb->guess_ok;
     const __m512 ga = _mm512_set1_ps(cb->ga), gbv = _mm512_set1_ps(cb->gb);
     const __m512i one = _mm512_set1_epi32(1), top = _mm512_set1_epi32((1 << b) - 1);
-    const __m512 tdown = _mm512_permutexvar_ps(_mm512_max_epi32(_mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), one), _mm512_setzero_si512()), tb);
+    /* tdown[g] = t[g-1], and -inf for g = 0 (no cell below the first) */
+    const __m512 tdown = _mm512_mask_mov_ps(
+        _mm512_permutexvar_ps(_mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), one), tb),
+        1, _mm512_set1_ps(-INFINITY));
 #pragma GCC unroll 32
     for (int g = 0; g < ng; g++) {
         __m512 xs = _mm512_mul_ps(v[g], s);
         __m512i k = _mm512_setzero_si512();
         if (guess) {
-            k = _mm512_cvttps_epi32(_mm512_roundscale_ps(_mm512_fmadd_ps(xs, ga, gbv), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+            k = _mm512_cvt_roundps_epi32(_mm512_fmadd_ps(xs, ga, gbv), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
             k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()), top);
             __mmask16 up = _mm512_cmp_ps_mask(xs, _mm512_permutexvar_ps(k, tb), _CMP_GT_OQ);
-            __mmask16 dn = _mm512_cmp_ps_mask(xs, _mm512_permutexvar_ps(k, tdown), _CMP_LE_OQ) &
-                           _mm512_cmpgt_epi32_mask(k, _mm512_setzero_si512());
+            __mmask16 dn = _mm512_cmp_ps_mask(xs, _mm512_permutexvar_ps(k, tdown), _CMP_LE_OQ);
             k = _mm512_mask_add_epi32(k, up, k, one);
             k = _mm512_mask_sub_epi32(k, dn, k, one);
         } else
