@@ -174,9 +174,10 @@ int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
 /* ------------------------------------------------------------------------ */
 /*
  * Encodes n rows (n * dim values of dtype) into n * code_bytes bytes.
- * Returns KVQ_ERR_NONFINITE if any value is NaN/Inf, KVQ_ERR_RANGE if a scale
- * does not fit its stored format; on error `codes` may be partly written but
- * the input is never modified.
+ * Returns KVQ_ERR_NONFINITE if any value is NaN/Inf (f32 input: checked for
+ * the whole batch before any code is written), KVQ_ERR_RANGE if a scale does
+ * not fit its stored format; on error `codes` may be partly written (f16/bf16
+ * input, range errors) but the input is never modified.
  */
 int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes);
 
