@@ -327,7 +327,8 @@ def panel_layers(fig, spec, d):
     ax.set_title("attention-output error per layer vs f16 (end to end, mean over scored positions)", fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=5, ncol=3, loc="best")
+    ax.legend(fontsize=5, ncol=2 if len(rows) > 12 else 1, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+              borderaxespad=0)
     return True
 
 
