@@ -23,6 +23,23 @@ static int direct_ok(int d, int b, int lanes) {
     return 1;
 }
 
+
+/* Bytes holding the w-bit field of coordinates c0..c0+15 (c0 % 16 == 0), each
+ * shifted down to bit 0 (upper bits not yet masked). The sub-field block of S
+ * bytes holds coordinate c in byte c % S at bit w * (c / S): with S % 16 == 0
+ * one 16-byte load; with S % 8 == 0 two 8-byte halves (each its own shift). */
+KVQ_TARGET_AVX2 static inline __m128i field16(const uint8_t *pk, int S, int w, int c0) {
+    if (S % 16 == 0) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(pk + c0 % S));
+        return c0 / S ? _mm_srli_epi16(x, w * (c0 / S)) : x;
+    }
+    __m128i lo = _mm_loadl_epi64((const __m128i *)(pk + c0 % S));
+    __m128i hi = _mm_loadl_epi64((const __m128i *)(pk + (c0 + 8) % S));
+    if (c0 / S) lo = _mm_srli_epi16(lo, w * (c0 / S));
+    if ((c0 + 8) / S) hi = _mm_srli_epi16(hi, w * ((c0 + 8) / S));
+    return _mm_unpacklo_epi64(lo, hi);
+}
+
 /* ---------------------------------------------------------------- AVX-512 */
 typedef struct {
     int d, b, nlev, direct;
@@ -36,7 +53,7 @@ KVQ_TARGET_AVX512 static lut512 lut512_make(const tq_layout *L, const float *cen
     t.b = L->b;
     t.nlev = L->cb->n;
     t.cent = cent;
-    t.direct = direct_ok(L->d, L->b, 16);
+    t.direct = direct_ok(L->d, L->b, 8);
     t.c0 = _mm512_loadu_ps(cent);
     t.c1 = _mm512_loadu_ps(cent + 16);
     return t;
@@ -48,8 +65,7 @@ KVQ_TARGET_AVX512 static inline __m512i idx16_direct(const lut512 *t, const uint
     int shift = 0;
     for (int f = 0; f < 3 && SUBW[t->b][f]; f++) {
         int w = SUBW[t->b][f], S = t->d * w / 8;
-        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pk + c0 % S)));
-        x = _mm512_and_si512(_mm512_srli_epi32(x, (unsigned)(w * (c0 / S))), _mm512_set1_epi32((1 << w) - 1));
+        __m512i x = _mm512_and_si512(_mm512_cvtepu8_epi32(field16(pk, S, w, c0)), _mm512_set1_epi32((1 << w) - 1));
         idx = _mm512_or_si512(idx, _mm512_slli_epi32(x, (unsigned)shift));
         pk += S;
         shift += w;
@@ -99,7 +115,7 @@ KVQ_TARGET_AVX512 static void score512_generic(const tq_layout *L, const float *
 
 KVQ_TARGET_AVX512 static void accum512_generic(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
                                        size_t n, float *acc) {
-    if (L->d % 16 || !direct_ok(L->d, L->b, 16)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
+    if (L->d % 16 || !direct_ok(L->d, L->b, 8)) { tq_accum_ref(L, w, nq, codes, n, acc); return; }
     lut512 t = lut512_make(L, L->cb->c);
     const int d = L->d;
     for (size_t j = 0; j < nq; j++) {
@@ -151,9 +167,9 @@ KVQ_TARGET_AVX512 AI __m512i idx16_c(const uint8_t *pk, const int d, const int b
     int shift = 0;
     for (int f = 0; f < 3 && SUBW[b][f]; f++) {
         const int w = SUBW[b][f], S = d * w / 8;
-        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pk + c0 % S)));
-        if (c0 / S > 0) x = _mm512_srli_epi32(x, (unsigned)(w * (c0 / S)));
-        if (w * (c0 / S) + w < 8) x = _mm512_and_si512(x, _mm512_set1_epi32((1 << w) - 1));
+        /* field16 shifts bytes in 16-bit lanes: the upper bits of each byte
+         * then come from its neighbour, so the mask is always needed */
+        __m512i x = _mm512_and_si512(_mm512_cvtepu8_epi32(field16(pk, S, w, c0)), _mm512_set1_epi32((1 << w) - 1));
         idx = shift ? _mm512_or_si512(idx, _mm512_slli_epi32(x, (unsigned)shift)) : x;
         pk += S;
         shift += w;
@@ -227,7 +243,7 @@ KVQ_TARGET_AVX512 AI void accum_body(const tq_layout *L, const float *w, size_t 
     }
 }
 
-#define TQ_SPECIALISED(X) X(64, 2) X(64, 4) X(128, 1) X(128, 2) X(128, 3) X(128, 4) X(128, 5) \
+#define TQ_SPECIALISED(X) X(64, 1) X(64, 2) X(64, 3) X(64, 4) X(128, 1) X(128, 2) X(128, 3) X(128, 4) X(128, 5) \
     X(256, 1) X(256, 2) X(256, 3) X(256, 4) X(256, 5) X(512, 2) X(512, 4)
 
 #define DEF_FAST(D, B)                                                                                     \
@@ -245,7 +261,7 @@ KVQ_TARGET_AVX512 void tq_score_avx512(const tq_layout *L, const float *qp, size
                                        const uint8_t *codes, size_t n, float *scores) {
     /* specialised kernels read indices straight from the packed bytes */
 #define CASE_S(D, B) if (L->d == D && L->b == B) { score512_##D##_##B(L, qp, qstride, nq, codes, n, scores); return; }
-    if (direct_ok(L->d, L->b, 16)) { TQ_SPECIALISED(CASE_S) }
+    if (direct_ok(L->d, L->b, 8)) { TQ_SPECIALISED(CASE_S) }
 #undef CASE_S
     score512_generic(L, qp, qstride, nq, codes, n, scores);
 }
@@ -253,7 +269,7 @@ KVQ_TARGET_AVX512 void tq_score_avx512(const tq_layout *L, const float *qp, size
 KVQ_TARGET_AVX512 void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes,
                                        size_t n, float *acc) {
 #define CASE_A(D, B) if (L->d == D && L->b == B) { accum512_##D##_##B(L, w, nq, codes, n, acc); return; }
-    if (direct_ok(L->d, L->b, 16)) { TQ_SPECIALISED(CASE_A) }
+    if (direct_ok(L->d, L->b, 8)) { TQ_SPECIALISED(CASE_A) }
 #undef CASE_A
     accum512_generic(L, w, nq, codes, n, acc);
 }
@@ -674,7 +690,7 @@ KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_
 
 /* Decode to the rotated domain with the direct lookups. */
 KVQ_TARGET_AVX512 int tq_decode_avx512(const tq_layout *L, const uint8_t *rec, float *y) {
-    if (L->d % 16 || !direct_ok(L->d, L->b, 16)) return 0;
+    if (L->d % 16 || !direct_ok(L->d, L->b, 8)) return 0;
     lut512 t = lut512_make(L, L->cb->c);
     __m512 g = _mm512_set1_ps(tq_scale(L, rec));
     for (int c = 0; c < L->d; c += 16)
@@ -708,13 +724,9 @@ KVQ_TARGET_VNNI AI __m512i idx64_c(const uint8_t *pk, const int d, const int b, 
             if (c0 / S) h0 = _mm256_srli_epi16(h0, w * (c0 / S));
             if ((c0 + 32) / S) h1 = _mm256_srli_epi16(h1, w * ((c0 + 32) / S));
             x = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
-        } else { /* four 16-coordinate pieces (S % 16 == 0 is required) */
+        } else { /* four 16-coordinate pieces (S % 8 == 0 is required) */
             __m128i p[4];
-            for (int k = 0; k < 4; k++) {
-                const int c = c0 + 16 * k;
-                p[k] = _mm_loadu_si128((const __m128i *)(pk + c % S));
-                if (c / S) p[k] = _mm_srli_epi16(p[k], w * (c / S));
-            }
+            for (int k = 0; k < 4; k++) p[k] = field16(pk, S, w, c0 + 16 * k);
             x = _mm512_inserti32x4(_mm512_castsi128_si512(p[0]), p[1], 1);
             x = _mm512_inserti32x4(x, p[2], 2);
             x = _mm512_inserti32x4(x, p[3], 3);
@@ -780,7 +792,7 @@ TQ_VNNI(DEF_VNNI)
 
 int tq_score_vnni(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                   float *scores) {
-    if (!L->vnni || !L->cb->snapped || !direct_ok(L->d, L->b, 16)) return 0;
+    if (!L->vnni || !L->cb->snapped || L->d % 64 || !direct_ok(L->d, L->b, 8)) return 0;
 #define CASE_V(D, B) if (L->d == D && L->b == B) { score_vnni_##D##_##B(L, qp, qstride, nq, codes, n, scores); return 1; }
     TQ_VNNI(CASE_V)
 #undef CASE_V
