@@ -19,9 +19,10 @@ static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "t
                                  * tables, 6: 64-entry level 1) and f32 radii */
                                 "polar:3", "polar:6", "polar+scale32",
                                 /* +outliers: inner tq-mse read through the host layout (b = 1, 2, 4),
-                                 * and inner plans in their own domain */
+                                 * repacked into it (b = 3, 6; inner scale among the spare bytes at
+                                 * K = 16 and b = 6), and inner plans in their own domain */
                                 "tq-mse:2+outliers=16", "tq-mse:1+outliers=8+scale32", "tq-mse:3+outliers=8",
-                                "q8+outliers=16"};
+                                "tq-mse:3+outliers=16", "tq-mse:6+outliers=8", "q8+outliers=16"};
 
 static double rel_diff(const float *a, const float *b, size_t n) {
     double e = 0, s = 0;

@@ -27,6 +27,18 @@
  *   channels (saved around the host accumulate, which writes spare garbage
  *   there). The host kernels are the specialised (d, b) ones (AVX-512 VNNI
  *   scores at d = 128), with no change to the record or its bits.
+ * - "repacked" (inner tq-mse with several sub-fields, e.g. b = 3 = 2+1,
+ *   inner layout not fast, host layout fast): the same host reading, but the
+ *   encoder repacks the inner indices into the host layout at dim d. The K
+ *   spare positions are those p with p mod S_min in the last R residues
+ *   (S_min = d·w_min/8 bytes, the narrowest sub-field's block, R = K·w_min/8),
+ *   so in every sub-field block they own whole bytes: runs of R bytes, the
+ *   last run ending the host block. Those bytes carry the payload: the
+ *   outlier f16 scale in the first two spare bytes (and the inner scale in the
+ *   next ones when there are 2 + scale bytes of them before the last run),
+ *   the K int8 values from the last run on into the tail. The record keeps
+ *   its size (tq-mse:3+outliers=8 at d = 128: 57 bytes, 3.5625 bits/value);
+ *   the encoder pays an unpack and a pack of the indices.
  * - otherwise: [inner domain (d-K floats) | K outliers]; the inner plan
  *   accumulates into a compact copy of the rows' first d-K floats (a stack
  *   buffer, chunks of rows), copied back after.
@@ -46,47 +58,59 @@
 extern const kvq_method kvq_method_tq_mse;
 
 typedef struct {
-    size_t inner_bytes; /* bytes of the inner record; the outlier scale and values follow */
+    size_t inner_bytes; /* bytes of the inner plan's own record */
     size_t iqf;         /* floats of the inner prepared row; the K raw outlier components follow */
-    int embed;          /* 1: the inner tq-mse record is read through the host layout at dim d */
+    int embed;          /* 0: inner domain; 1: host reading of the inner record; 2: repacked (see the top) */
     tq_layout host;     /* embed: the host layout (cb: the inner plan's codebook) */
+    size_t slo, shi;    /* bytes of the f16 outlier scale (low, high) */
+    size_t vo;          /* first of the K int8 outlier values (contiguous) */
+    size_t iso, hpo;    /* embed 2: inner scale, host packed block */
     int pos[KVQ_DIM_MAX];  /* embed: host position of inner coordinate c */
     int opos[KVQ_DIM_MAX]; /* embed: host position of outlier k (the spare positions, ascending) */
 } outl_priv;
 
 static const outl_priv *PRIV(const kvq_plan *p) { return (const outl_priv *)p->priv; }
 
+static float outl_scale(const outl_priv *P, const uint8_t *rec) {
+    return kvq_f16_to_f32((uint16_t)(rec[P->slo] | (unsigned)rec[P->shi] << 8));
+}
+
 static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
-    const int K = p->o.outliers, di = p->d - K;
+    const outl_priv *P = PRIV(p);
+    const int K = p->o.outliers, d = p->d, di = d - K;
     float xi[KVQ_DIM_MAX];
+    uint8_t tmp[KVQ_DIM_MAX + 8]; /* embed 2: the inner record (scale + di * b / 8 bytes) */
     for (int c = 0; c < di; c++) xi[c] = x[p->ch_in[c]];
-    int rc = p->inner->encode(p->inner, xi, code);
+    int rc = p->inner->encode(p->inner, xi, P->embed == 2 ? tmp : code);
     if (rc) return rc;
-    uint8_t *o = code + PRIV(p)->inner_bytes;
     float amax = 0;
     for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[p->ch_out[k]]));
     float s = amax / 127.0f;
     if (s > 65504.0f) return KVQ_ERR_RANGE;
     uint16_t h = kvq_f32_to_f16(s);
-    memcpy(o, &h, 2);
+    if (P->embed == 2) { /* inner indices into the host layout; the payload bytes are written after */
+        const size_t sb = scale_bytes(p->inner);
+        uint8_t idx[KVQ_DIM_MAX], hidx[KVQ_DIM_MAX];
+        strided_unpack(tmp + sb, di, p->inner->bits, idx);
+        memset(hidx, 0, (size_t)d);
+        for (int c = 0; c < di; c++) hidx[P->pos[c]] = idx[c];
+        strided_pack(hidx, d, p->inner->bits, code + P->hpo);
+        memcpy(code + P->iso, tmp, sb);
+    }
+    code[P->slo] = (uint8_t)(h & 0xff);
+    code[P->shi] = (uint8_t)(h >> 8);
     float sh = kvq_f16_to_f32(h), inv = sh > 0 ? 1.0f / sh : 0.0f;
     for (int k = 0; k < K; k++) {
         float v = nearbyintf(x[p->ch_out[k]] * inv);
-        ((int8_t *)(o + 2))[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        ((int8_t *)(code + P->vo))[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
     }
     return KVQ_OK;
 }
 
-static float outl_scale(const uint8_t *o) {
-    uint16_t h;
-    memcpy(&h, o, 2);
-    return kvq_f16_to_f32(h);
-}
-
 static void outl_values(const kvq_plan *p, const uint8_t *rec, float *v) {
-    const uint8_t *o = rec + PRIV(p)->inner_bytes;
-    float s = outl_scale(o);
-    for (int k = 0; k < p->o.outliers; k++) v[k] = s * ((const int8_t *)(o + 2))[k];
+    const outl_priv *P = PRIV(p);
+    float s = outl_scale(P, rec);
+    for (int k = 0; k < p->o.outliers; k++) v[k] = s * ((const int8_t *)(rec + P->vo))[k];
 }
 
 static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
@@ -132,9 +156,9 @@ static void outl_score_ref(const kvq_plan *p, const float *qp, size_t nq, const 
     const outl_priv *P = PRIV(p);
     const int K = p->o.outliers;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *o = codes + i * p->code_bytes + P->inner_bytes;
-        const int8_t *v = (const int8_t *)(o + 2);
-        const float s = outl_scale(o);
+        const uint8_t *rec = codes + i * p->code_bytes;
+        const int8_t *v = (const int8_t *)(rec + P->vo);
+        const float s = outl_scale(P, rec);
         for (size_t j = 0; j < nq; j++) {
             const float *qo = qp + j * p->qfloats + P->iqf;
             float t = 0;
@@ -149,9 +173,9 @@ static void outl_accum_ref(const kvq_plan *p, const float *w, size_t nq, const u
     const outl_priv *P = PRIV(p);
     const int K = p->o.outliers;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *o = codes + i * p->code_bytes + P->inner_bytes;
-        const int8_t *v = (const int8_t *)(o + 2);
-        const float s = outl_scale(o);
+        const uint8_t *rec = codes + i * p->code_bytes;
+        const int8_t *v = (const int8_t *)(rec + P->vo);
+        const float s = outl_scale(P, rec);
         for (size_t j = 0; j < nq; j++) {
             const float ws = w[j * n + i] * s;
             float *a = ov + j * ovs;
@@ -177,17 +201,17 @@ KVQ_TARGET_AVX2 static void outl_score_avx2(const kvq_plan *p, const float *qp, 
         const float *q[4];
         for (size_t j = 0; j < 4; j++) q[j] = qp + (j0 + (j < m ? j : 0)) * qf + P->iqf;
         for (size_t i = i0; i < n; i++) {
-            const uint8_t *o = codes + i * cb + P->inner_bytes;
+            const uint8_t *rec = codes + i * cb;
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int k = 0; k < K; k += 8) {
-                const __m256 v = i8x8_ps(o + 2 + k);
+                const __m256 v = i8x8_ps(rec + P->vo + k);
                 a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[0] + k), a0);
                 a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[1] + k), a1);
                 a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[2] + k), a2);
                 a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[3] + k), a3);
             }
             float t[4];
-            _mm_storeu_ps(t, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(outl_scale(o))));
+            _mm_storeu_ps(t, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(outl_scale(P, rec))));
             for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] += t[j];
         }
     }
@@ -208,8 +232,8 @@ KVQ_TARGET_AVX2 static void outl_accum_avx2(const kvq_plan *p, const float *w, s
             __m256 a[4];
             for (size_t j = 0; j < 4; j++) a[j] = j < m ? _mm256_loadu_ps(r0 + j * ovs + k) : _mm256_setzero_ps();
             for (size_t i = 0; i < n; i++) {
-                const uint8_t *o = codes + i * cb + P->inner_bytes;
-                const __m256 v = _mm256_mul_ps(i8x8_ps(o + 2 + k), _mm256_set1_ps(outl_scale(o)));
+                const uint8_t *rec = codes + i * cb;
+                const __m256 v = _mm256_mul_ps(i8x8_ps(rec + P->vo + k), _mm256_set1_ps(outl_scale(P, rec)));
                 a[0] = _mm256_fmadd_ps(_mm256_set1_ps(w0[i]), v, a[0]);
                 a[1] = _mm256_fmadd_ps(_mm256_set1_ps(w1[i]), v, a[1]);
                 a[2] = _mm256_fmadd_ps(_mm256_set1_ps(w2[i]), v, a[2]);
@@ -228,20 +252,23 @@ KVQ_TARGET_AVX512 static void outl_score_avx512(const kvq_plan *p, const float *
     const outl_priv *P = PRIV(p);
     const int K = p->o.outliers;
     const size_t qf = p->qfloats, cb = p->code_bytes, n8 = n & ~(size_t)7;
-    const __m512i offs = _mm512_add_epi64(_mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
-                                                             _mm512_set1_epi64((long long)cb)),
-                                          _mm512_set1_epi64((long long)P->inner_bytes));
+    const __m512i offs = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64((long long)cb));
+    const int split = P->shi != P->slo + 1; /* embed 2: scale bytes apart */
     for (size_t j0 = 0; j0 < nq; j0 += 4) {
         const size_t m = nq - j0 < 4 ? nq - j0 : 4;
         const float *q[4];
         for (size_t j = 0; j < 4; j++) q[j] = qp + (j0 + (j < m ? j : 0)) * qf + P->iqf;
         for (size_t i = 0; i < n8; i += 8) {
             const uint8_t *base = codes + i * cb;
-            const __m512i sx = _mm512_i64gather_epi64(offs, (const void *)base, 1);
-            const __m256 s = _mm256_cvtph_ps(_mm512_cvtepi64_epi16(sx));
+            /* 32-bit loads (the scale bytes are followed by >= 3 bytes of the record) */
+            __m256i sx = _mm512_i64gather_epi32(offs, (const void *)(base + P->slo), 1);
+            if (split)
+                sx = _mm256_or_si256(_mm256_and_si256(sx, _mm256_set1_epi32(0xff)),
+                                     _mm256_slli_epi32(_mm512_i64gather_epi32(offs, (const void *)(base + P->shi), 1), 8));
+            const __m256 s = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(sx));
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int k0 = 0; k0 < K; k0 += 8) {
-                const __m512i x = _mm512_i64gather_epi64(offs, (const void *)(base + 2 + k0), 1);
+                const __m512i x = _mm512_i64gather_epi64(offs, (const void *)(base + P->vo + k0), 1);
 #pragma GCC unroll 8
                 for (int kk = 0; kk < 8; kk++) {
                     const __m256 v = _mm512_cvtepi64_ps(_mm512_srai_epi64(_mm512_slli_epi64(x, 56 - 8 * kk), 56));
@@ -343,23 +370,68 @@ int outliers_unrotate(const kvq_plan *p, const float *acc, float *out) {
 
 static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
 
-/* The embedded layout (see the top): inner tq-mse with one sub-field, inner
- * blocks not a multiple of 16 bytes, host blocks a multiple of 16. */
+static const int SUBW[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
+
+/* 1 if every sub-field block of (d, b) is a multiple of 16 bytes (the fast
+ * tq kernels read it directly). */
+static int direct16(int d, int b) {
+    for (int f = 0; f < 3 && SUBW[b][f]; f++)
+        if ((d * SUBW[b][f] / 8) % 16) return 0;
+    return 1;
+}
+
+/* The host layouts (see the top): inner tq-mse whose own blocks are not a
+ * multiple of 16 bytes, host blocks at dim d that are. Sets embed, host,
+ * pos, opos and the payload bytes (slo, shi, vo; iso, hpo). */
 static void embed_setup(kvq_plan *p, outl_priv *P) {
     const kvq_plan *in = p->inner;
-    const int d = p->d, di = in->d, b = in->bits;
+    const int d = p->d, K = p->o.outliers, di = in->d, b = in->bits;
+    const size_t sb = scale_bytes(in);
     P->embed = 0;
-    if (in->m != &kvq_method_tq_mse || (b != 1 && b != 2 && b != 4)) return;
-    const int Si = di * b / 8, Sd = d * b / 8, per = 8 / b;
-    if (Si % 16 == 0 || Sd % 16) return;
-    for (int c = 0; c < di; c++) P->pos[c] = c % Si + (c / Si) * Sd;
-    int k = 0;
-    for (int f = 0; f < per; f++)
-        for (int j = Si; j < Sd; j++) P->opos[k++] = j + f * Sd;
-    /* k == K: (Sd - Si) * per = K * b / 8 * 8 / b */
-    tq_layout L = {d, b, &in->cb, p->code_bytes, 0, scale_bytes(in), in->o.scale32, p->vnni, NULL};
+    P->slo = P->inner_bytes, P->shi = P->inner_bytes + 1, P->vo = P->inner_bytes + 2;
+    if (in->m != &kvq_method_tq_mse || direct16(di, b) || !direct16(d, b)) return;
+    if (SUBW[b][1] == 0) { /* one sub-field: the inner record read as it is */
+        const int Si = di * b / 8, Sd = d * b / 8, per = 8 / b;
+        for (int c = 0; c < di; c++) P->pos[c] = c % Si + (c / Si) * Sd;
+        int k = 0;
+        for (int f = 0; f < per; f++)
+            for (int j = Si; j < Sd; j++) P->opos[k++] = j + f * Sd; /* k == K */
+        tq_layout L = {d, b, &in->cb, p->code_bytes, 0, sb, in->o.scale32, p->vnni, NULL};
+        P->host = L;
+        P->embed = 1;
+        return;
+    }
+    /* repacked: spare positions p mod Smin in the last R residues */
+    int nf = 0, wmin = 8;
+    while (nf < 3 && SUBW[b][nf]) wmin = SUBW[b][nf++];
+    const int Smin = d * wmin / 8, R = K * wmin / 8;
+    /* spare bytes of the host block in record order; the last R end the block */
+    size_t spare[KVQ_DIM_MAX], ns = 0, blk0 = 0;
+    for (int f = 0; f < nf; f++) {
+        const int S = d * SUBW[b][f] / 8;
+        for (int t = 0; t < S / Smin; t++)
+            for (int r = Smin - R; r < Smin; r++) spare[ns++] = blk0 + (size_t)t * Smin + (size_t)r;
+        blk0 += (size_t)S;
+    }
+    const size_t A = ns - (size_t)R; /* spare bytes before the last run */
+    size_t hpo, iso;
+    if (A == 2) hpo = sb, iso = 0;  /* the outlier scale; the inner scale leads the record */
+    else if (A == 2 + sb) {         /* the outlier scale, then the inner scale (contiguous) */
+        for (size_t t = 3; t < A; t++)
+            if (spare[t] != spare[t - 1] + 1) return;
+        hpo = 0, iso = spare[2];
+    } else return;
+    P->hpo = hpo, P->iso = iso;
+    P->slo = hpo + spare[0], P->shi = hpo + spare[1];
+    P->vo = hpo + spare[A]; /* the last run, then the tail */
+    int c = 0, k = 0;
+    for (int q = 0; q < d; q++) {
+        if (q % Smin >= Smin - R) P->opos[k++] = q;
+        else P->pos[c++] = q;
+    }
+    tq_layout L = {d, b, &in->cb, p->code_bytes, iso, hpo, in->o.scale32, p->vnni, NULL};
     P->host = L;
-    P->embed = 1;
+    P->embed = 2;
 }
 
 /* Builds an outlier plan: p has m, d, seed, o, isa set. */
