@@ -185,6 +185,11 @@ static void outl_accum_ref(const kvq_plan *p, const float *w, size_t nq, const u
 }
 
 #if KVQ_X86
+/* the outlier scale by F16C (no library call per record) */
+KVQ_TARGET_AVX2 static inline float outl_scale_f16c(const outl_priv *P, const uint8_t *rec) {
+    return _cvtsh_ss((unsigned short)(rec[P->slo] | (unsigned)rec[P->shi] << 8));
+}
+
 /* 8 int8 at p as floats */
 KVQ_TARGET_AVX2 static inline __m256 i8x8_ps(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
@@ -211,7 +216,7 @@ KVQ_TARGET_AVX2 static void outl_score_avx2(const kvq_plan *p, const float *qp, 
                 a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(q[3] + k), a3);
             }
             float t[4];
-            _mm_storeu_ps(t, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(outl_scale(P, rec))));
+            _mm_storeu_ps(t, _mm_mul_ps(hsum4_256(a0, a1, a2, a3), _mm_set1_ps(outl_scale_f16c(P, rec))));
             for (size_t j = 0; j < m; j++) scores[(j0 + j) * n + i] += t[j];
         }
     }
@@ -233,7 +238,7 @@ KVQ_TARGET_AVX2 static void outl_accum_avx2(const kvq_plan *p, const float *w, s
             for (size_t j = 0; j < 4; j++) a[j] = j < m ? _mm256_loadu_ps(r0 + j * ovs + k) : _mm256_setzero_ps();
             for (size_t i = 0; i < n; i++) {
                 const uint8_t *rec = codes + i * cb;
-                const __m256 v = _mm256_mul_ps(i8x8_ps(rec + P->vo + k), _mm256_set1_ps(outl_scale(P, rec)));
+                const __m256 v = _mm256_mul_ps(i8x8_ps(rec + P->vo + k), _mm256_set1_ps(outl_scale_f16c(P, rec)));
                 a[0] = _mm256_fmadd_ps(_mm256_set1_ps(w0[i]), v, a[0]);
                 a[1] = _mm256_fmadd_ps(_mm256_set1_ps(w1[i]), v, a[1]);
                 a[2] = _mm256_fmadd_ps(_mm256_set1_ps(w2[i]), v, a[2]);
