@@ -22,7 +22,7 @@ static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "t
                                  * repacked into it (b = 3, 6; inner scale among the spare bytes at
                                  * K = 16 and b = 6), and inner plans in their own domain */
                                 "tq-mse:2+outliers=16", "tq-mse:1+outliers=8+scale32", "tq-mse:3+outliers=8",
-                                "tq-mse:3+outliers=16", "tq-mse:6+outliers=8", "q8+outliers=16"};
+                                "tq-mse:3+outliers=16", "tq-mse:6+outliers=8", "q8+outliers=16", "tq-mse:2+norot"};
 
 static double rel_diff(const float *a, const float *b, size_t n) {
     double e = 0, s = 0;
@@ -74,6 +74,11 @@ static void check_method(const char *spec, int d, size_t n, int nq, kvq_isa isa,
     size_t lead = qf < (size_t)d ? qf : (size_t)d;
     for (int j = 0; j < nq; j++)
         CHECK(rel_diff(qpf + j * qf, qpr + j * qf, lead) < 1e-5, "%s prepare", spec);
+    /* without a rotation the rows are the same input: the whole prepared rows
+     * (8-bit queries of the tq family included) must be identical */
+    if (strstr(spec, "+norot"))
+        CHECK(!memcmp(qpf, qpr, (size_t)nq * qf * sizeof *qpf), "%s d=%d isa=%s: prepared rows differ", spec, d,
+              kvq_isa_name(isa));
     /* kernels on the same (reference) codes */
     CHECK_OK(kvq_score(ref, qpr, nq, cr, n, sr));
     CHECK_OK(kvq_score(fast, qpr, nq, cr, n, sf));

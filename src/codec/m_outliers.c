@@ -141,6 +141,7 @@ static void prep(const kvq_plan *p, const float *q, float *qp) {
         memset(&none, 0, sizeof none);
         none.kind = ROT_NONE;
         none.d = d;
+        none.isa = p->isa;
         tq_prepare_query(&none, d, qh, qp); /* q8 etc. of the host row (spares stay 0) */
     } else {
         p->inner->prep(p->inner, qi, qp);
