@@ -17,7 +17,7 @@ static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "t
                                 "f16+center", "rvq:2+center",
                                 /* polar's AVX-512 kernels per level width (B = 3: 2-entry upper
                                  * tables, 6: 64-entry level 1) and f32 radii */
-                                "polar:3", "polar:6", "polar+scale32",
+                                "polar:3", "polar:6", "polar+scale32", "polar+center", "polar+outliers=16",
                                 /* +outliers: inner tq-mse read through the host layout (b = 1, 2, 4),
                                  * repacked into it (b = 3, 6; inner scale among the spare bytes at
                                  * K = 16 and b = 6), and inner plans in their own domain */
