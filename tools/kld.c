@@ -127,8 +127,18 @@ static void policy_label(const pol_state *q, char *buf, size_t cap) {
     snprintf(buf, cap, "%.200s @%d", name, q->iso);
 }
 
+/* Paired difference of the KLDs of q and ref over the same positions. */
+static void paired_diff(const pol_state *q, const pol_state *ref, double *mean, double *se) {
+    size_t n = q->n < ref->n ? q->n : ref->n;
+    double *d = malloc(sizeof(double) * (n ? n : 1));
+    if (!d) { *mean = *se = NAN; return; }
+    for (size_t i = 0; i < n; i++) d[i] = q->kl[i] - ref->kl[i];
+    eval_mean_se(d, n, mean, se);
+    free(d);
+}
+
 static void print_json(FILE *f, const char *record, const run_info *ri, int windows, long window_index,
-                       const pol_state *ps, int interrupted) {
+                       const pol_state *ps, const pol_state *ref, int interrupted) {
     double kl, kl_se, nll, nll_se, nllb, nllb_se;
     eval_mean_se(ps->kl, ps->n, &kl, &kl_se);
     eval_mean_se(ps->nll, ps->n, &nll, &nll_se);
@@ -152,6 +162,19 @@ static void print_json(FILE *f, const char *record, const run_info *ri, int wind
     eval_json_num(f, eval_quantile(ps->kl, ps->n, 0.99));
     fprintf(f, ",\"kld_max\":");
     eval_json_num(f, eval_quantile(ps->kl, ps->n, 1.0));
+    if (ref) {
+        /* vs the first policy of the list, position by position */
+        double dm, dse;
+        paired_diff(ps, ref, &dm, &dse);
+        char name[TOOL_POLICY_NAME];
+        policy_label(ref, name, sizeof name);
+        fprintf(f, ",\"kld_diff_vs\":");
+        eval_json_str(f, name);
+        fprintf(f, ",\"kld_diff\":");
+        eval_json_num(f, dm);
+        fprintf(f, ",\"kld_diff_se\":");
+        eval_json_num(f, dse);
+    }
     fprintf(f, ",\"top1\":");
     eval_json_num(f, ps->n ? (double)ps->top1 / (double)ps->n : NAN);
     fprintf(f, ",\"ppl_base\":");
@@ -414,7 +437,7 @@ int cmd_kld(int argc, char **argv) {
                 one.top1 = ps[p].top1 - ps[p].top1_w;
                 run_info r1 = ri;
                 r1.nll_base = nll_base + n0;
-                print_json(stdout, "window", &r1, 1, (long)w, &one, 0);
+                print_json(stdout, "window", &r1, 1, (long)w, &one, NULL, 0);
             }
         }
         windows_done++;
@@ -424,15 +447,15 @@ int cmd_kld(int argc, char **argv) {
     if (intr) fprintf(stderr, "kvq kld: interrupted after %d window(s)\n", windows_done);
     ri.seconds_base = seconds_base;
     if (co.json) {
-        for (int p = 0; p < np; p++) print_json(stdout, "summary", &ri, windows_done, -1, &ps[p], intr);
+        for (int p = 0; p < np; p++) print_json(stdout, "summary", &ri, windows_done, -1, &ps[p], p ? &ps[0] : NULL, intr);
     } else {
         double nb_mean, nb_se;
         eval_mean_se(nll_base, n_base, &nb_mean, &nb_se);
         printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens, base %s: ppl %.4f +/- %.4f\n\n",
                eval_basename(e.model_path), eval_basename(text_path), C, windows_done, n_base, base_spec, exp(nb_mean),
                exp(nb_mean) * nb_se);
-        printf("%-28s %6s %10s %10s %10s %7s %10s %9s %s\n", "policy", "bits", "KLD", "+/-", "KLD p99", "top-1", "ppl",
-               "+/-", layers ? "worst layer (attn err)" : "");
+        printf("%-28s %6s %10s %10s %10s %7s %10s %9s %18s %s\n", "policy", "bits", "KLD", "+/-", "KLD p99", "top-1",
+               "ppl", "+/-", "KLD - first (se)", layers ? "worst layer (attn err)" : "");
         for (int p = 0; p < np; p++) {
             pol_state *q = &ps[p];
             char name[TOOL_POLICY_NAME];
@@ -443,6 +466,13 @@ int cmd_kld(int argc, char **argv) {
             printf("%-28s %6.3f %10.6f %10.6f %10.6f %7.4f %10.4f %9.4f", name, 0.5 * (q->bits_k + q->bits_v), kl,
                    kl_se, eval_quantile(q->kl, q->n, 0.99), q->n ? (double)q->top1 / (double)q->n : NAN, exp(nll),
                    exp(nll) * nll_se);
+            if (p) {
+                double dm, dse;
+                paired_diff(q, &ps[0], &dm, &dse);
+                char cell[48];
+                snprintf(cell, sizeof cell, "%+.5f (%.5f)", dm, dse);
+                printf(" %18s", cell);
+            } else printf(" %18s", "");
             if (layers) {
                 int worst = -1;
                 double wv = -1;
