@@ -12,6 +12,7 @@
 
 #include "cache/cache_internal.h"
 #include "codec/codec_internal.h"
+#include "cpu.h"
 #include "kvq.h"
 #include "testutil.h"
 
@@ -379,7 +380,16 @@ static void test_simd_threads(kvq_pool *pool2, kvq_pool *pool3) {
         run_policy(&cfg, k, v, ctx, q, nq, HQ, pool2, os);
         double e2 = rel_err_f32(o2, o1, on), e3 = rel_err_f32(o3, o1, on), es = rel_err_f32(o1, os, on);
         CHECK(e2 <= 1e-6 && e3 <= 1e-6, "threads k=%s v=%s: 2 threads %.3g, 3 threads %.3g", pairs[pi][0], pairs[pi][1], e2, e3);
-        CHECK(es <= 1e-5, "SIMD vs scalar k=%s v=%s d=%d: rel err %.3g", pairs[pi][0], pairs[pi][1], d, es);
+        /* tq-family values (tq-mse, rvq) accumulate with 16-bit weights on
+         * AVX-512 VNNI (tq_vnni_x86.c): each weight moves by <= 2^-17 of its
+         * run's largest, i.e. ~4e-6 of the largest weight in RMS; the output,
+         * an average normalised by l = sum of weights, sees that times
+         * max weight / mean weight (~10-30 for these queries): measured
+         * 4-6e-5, bound 3e-4 (the codecs' own errors are 1e-1; a wrong token,
+         * coordinate or scale would be O(1)). test_tq_vnni checks the kernel
+         * against an exact emulation to 1e-6. */
+        const int int_v = kvq_cpu_has_int8_dot() && (!strncmp(pairs[pi][1], "tq-mse", 6) || !strncmp(pairs[pi][1], "rvq", 3));
+        CHECK(es <= (int_v ? 3e-4 : 1e-5), "SIMD vs scalar k=%s v=%s d=%d: rel err %.3g", pairs[pi][0], pairs[pi][1], d, es);
         free(k);
         free(v);
         free(q);

@@ -89,7 +89,14 @@ static void check_method(const char *spec, int d, size_t n, int nq, kvq_isa isa,
         CHECK_OK(kvq_accumulate(ref, w, nq, cr, n, ar));
         CHECK_OK(kvq_accumulate(fast, w, nq, cr, n, af));
         e = rel_diff(af, ar, (size_t)nq * d);
-        CHECK(e < 1e-5, "%s d=%d n=%zu isa=%s accumulate rel diff %.3g", spec, d, n, kvq_isa_name(isa), e);
+        /* AVX-512 VNNI plans of the tq family accumulate with weights rounded
+         * to 16 bits per row and run (tq_vnni_x86.c): each weight moves by a
+         * uniform error of <= 2^-17 of the row's largest (RMS 4.4e-6 of it),
+         * which for these uniform weights (RMS 0.58 of the largest) is ~8e-6
+         * of the output (measured up to 9.8e-6); test_tq_vnni checks that
+         * kernel exactly. Everything else: float, 1e-5. */
+        const int int_v = isa >= KVQ_ISA_AVX512 && kvq_cpu_has_int8_dot() && (strstr(spec, "tq-mse") || strstr(spec, "rvq"));
+        CHECK(e < (int_v ? 3e-5 : 1e-5), "%s d=%d n=%zu isa=%s accumulate rel diff %.3g", spec, d, n, kvq_isa_name(isa), e);
         CHECK_OK(kvq_decode(ref, cr, n, dr));
         CHECK_OK(kvq_decode(fast, cr, n, df));
         e = rel_diff(df, dr, n * d);

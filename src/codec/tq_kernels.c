@@ -158,6 +158,7 @@ void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, co
 }
 
 void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa) {
+    if (isa >= KVQ_ISA_AVX512 && L->vnni && tq_accum_vnni(L, w, nq, codes, n, acc)) return;
     if (isa >= KVQ_ISA_AVX512) tq_accum_avx512(L, w, nq, codes, n, acc);
     else if (isa >= KVQ_ISA_AVX2) tq_accum_avx2(L, w, nq, codes, n, acc);
     else tq_accum_ref(L, w, nq, codes, n, acc);

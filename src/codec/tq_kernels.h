@@ -84,4 +84,8 @@ void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, co
 /* VNNI kernel (returns 0 if it does not serve the layout). */
 int tq_score_vnni(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n, float *scores);
 void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, kvq_isa isa);
+/* Integer accumulate over tokens (tq_vnni_x86.c; snapped codebooks, weights
+ * rounded to 16 bits per row and run of 256 records): returns 0 if it does
+ * not serve the layout. */
+int tq_accum_vnni(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
 #endif
