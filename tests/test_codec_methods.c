@@ -11,7 +11,7 @@
 static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4",
                                 "tq-mse:5", "tq-mse:8", "tq-prod:2", "tq-prod:3", "tq-prod:8", "qjl", "polar",
                                 "rvq:1", "rvq:2", "tq-mse:3+outliers=8", "tq-prod:3+outliers=8", "q8+outliers=16",
-                                "tq-mse:4+center", "q8+center", "tq-prod:3+center"};
+                                "tq-mse:4+center", "q8+center", "tq-prod:3+center", "tq-mse:3+chscale", "q8+chscale"};
 #define NMETHODS (sizeof METHODS / sizeof *METHODS)
 
 static float *gauss_rows(size_t n, int d, uint64_t seed) {
@@ -318,6 +318,97 @@ static void test_errors(void) {
     CHECK(needs == 0, "plain spec needs no calib");
 }
 
+/* +chscale: keys with a non-zero mean and a few channels 30x larger than the
+ * rest, isotropic queries. (1) The plan is exactly "inner method on
+ * a * (k - mean)" with a_c = (sigma_c / rms sigma)^-1/2 computed here in
+ * double: decode = inner decode / a + mean, score = <q, decode>, accumulate +
+ * unrotate = sum w decode. (2) Against +center alone, the mean squared score
+ * error drops by the Cauchy-Schwarz factor of the half whitening, here
+ * (sum sigma)^2 / (d sum sigma^2) = 0.13 in theory: required < 0.5. */
+static void test_chscale(void) {
+    enum { D = 128, N = 512, NQ = 4 };
+    float *x = malloc((size_t)N * D * sizeof *x), q[NQ * D];
+    tu_rng r = {77};
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < D; c++) x[i * D + c] = (float)((c < 4 ? 30.0 : 1.0) * tu_gauss(&r) + (c % 8 == 0 ? 5 : 0));
+    for (int i = 0; i < NQ * D; i++) q[i] = (float)tu_gauss(&r);
+    double mu[D], sg[D], tot = 0, a[D];
+    for (int c = 0; c < D; c++) {
+        double s = 0, s2 = 0;
+        for (int i = 0; i < N; i++) s += x[i * D + c];
+        mu[c] = s / N;
+        for (int i = 0; i < N; i++) s2 += (x[i * D + c] - mu[c]) * (x[i * D + c] - mu[c]);
+        sg[c] = sqrt(s2 / N);
+        tot += s2 / N;
+    }
+    for (int c = 0; c < D; c++) a[c] = sqrt(sqrt(tot / D) / sg[c]);
+    kvq_plan *p = NULL, *pc = NULL, *in = NULL;
+    CHECK_OK(kvq_plan_create(&p, "tq-mse:4+chscale", D, 5, x, N));
+    CHECK_OK(kvq_plan_create(&pc, "tq-mse:4+center", D, 5, x, N));
+    CHECK_OK(kvq_plan_create(&in, "tq-mse:4", D, 5, NULL, 0));
+    CHECK(!strcmp(kvq_plan_spec(p), "tq-mse:4+center+chscale"), "spec %s", kvq_plan_spec(p));
+    const size_t cb = kvq_plan_code_bytes(p);
+    uint8_t *codes = malloc(N * cb), *ci = malloc(N * cb);
+    float *y = malloc((size_t)N * D * sizeof *y), *yi = malloc((size_t)N * D * sizeof *yi), *xs = malloc((size_t)N * D * sizeof *xs);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < D; c++) xs[i * D + c] = (float)((x[i * D + c] - mu[c]) * a[c]);
+    CHECK_OK(kvq_encode(p, x, KVQ_DTYPE_F32, N, codes));
+    CHECK_OK(kvq_encode(in, xs, KVQ_DTYPE_F32, N, ci));
+    CHECK_OK(kvq_decode(p, codes, N, y));
+    CHECK_OK(kvq_decode(in, ci, N, yi));
+    double worst = 0;
+    for (int i = 0; i < N * D; i++) {
+        double ref = yi[i] / a[i % D] + mu[i % D], e = fabs(y[i] - ref) / (fabs(ref) + 1);
+        if (e > worst) worst = e;
+    }
+    CHECK(worst < 1e-3, "chscale decode vs reference: %.3g", worst);
+    /* scores and accumulation from the codes against the decoded rows */
+    float qp[NQ * 1024], sc[NQ * N], w[NQ * N], acc[NQ * D], out[D];
+    CHECK(kvq_plan_query_floats(p) <= 1024, "query floats");
+    for (int j = 0; j < NQ; j++) CHECK_OK(kvq_query_prepare(p, q + j * D, qp + j * kvq_plan_query_floats(p)));
+    CHECK_OK(kvq_score(p, qp, NQ, codes, N, sc));
+    double es = 0, ss = 0;
+    for (int j = 0; j < NQ; j++)
+        for (int i = 0; i < N; i++) {
+            double t = 0;
+            for (int c = 0; c < D; c++) t += (double)q[j * D + c] * y[i * D + c];
+            es += (sc[j * N + i] - t) * (sc[j * N + i] - t);
+            ss += t * t;
+            w[j * N + i] = (float)tu_uniform(&r);
+        }
+    CHECK(sqrt(es / ss) < 1e-2, "chscale score vs <q, decode>: %.3g", sqrt(es / ss));
+    memset(acc, 0, sizeof acc);
+    CHECK_OK(kvq_accumulate(p, w, NQ, codes, N, acc));
+    for (int j = 0; j < NQ; j++) {
+        CHECK_OK(kvq_unrotate(p, acc + j * D, out));
+        double e = 0, n2 = 0;
+        for (int c = 0; c < D; c++) {
+            double t = 0;
+            for (int i = 0; i < N; i++) t += (double)w[j * N + i] * y[i * D + c];
+            e += (out[c] - t) * (out[c] - t);
+            n2 += t * t;
+        }
+        CHECK(sqrt(e / n2) < 1e-4, "chscale accumulate q%d: %.3g", j, sqrt(e / n2));
+    }
+    /* score error against the exact <q, k>: chscale vs center alone */
+    double err[2] = {0, 0};
+    kvq_plan *pl[2] = {p, pc};
+    for (int v = 0; v < 2; v++) {
+        CHECK_OK(kvq_encode(pl[v], x, KVQ_DTYPE_F32, N, codes));
+        for (int j = 0; j < NQ; j++) CHECK_OK(kvq_query_prepare(pl[v], q + j * D, qp + j * kvq_plan_query_floats(pl[v])));
+        CHECK_OK(kvq_score(pl[v], qp, NQ, codes, N, sc));
+        for (int j = 0; j < NQ; j++)
+            for (int i = 0; i < N; i++) {
+                double t = 0;
+                for (int c = 0; c < D; c++) t += (double)q[j * D + c] * x[i * D + c];
+                err[v] += (sc[j * N + i] - t) * (sc[j * N + i] - t);
+            }
+    }
+    CHECK(err[0] < 0.5 * err[1], "chscale score MSE %.4g not below half of center's %.4g", err[0], err[1]);
+    free(x); free(codes); free(ci); free(y); free(yi); free(xs);
+    kvq_plan_free(p); kvq_plan_free(pc); kvq_plan_free(in);
+}
+
 int main(void) {
     test_tq_mse_bounds();
     test_unbiased();
@@ -325,5 +416,6 @@ int main(void) {
     test_input_dtypes();
     test_int8_scores();
     test_errors();
+    test_chscale();
     return tu_finish("test_codec_methods");
 }

@@ -14,7 +14,7 @@ static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "t
                                 "tq-mse:5", "tq-mse:6", "tq-mse:8", "tq-prod:2", "tq-prod:3", "tq-prod:5", "qjl",
                                 "polar", "rvq:1", "rvq:2", "rvq:3", "tq-mse:4+outliers=8", "tq-mse:4+norot",
                                 "tq-mse:3+scale=norm", "tq-mse:2+scale32", "tq-mse:4+cb=gauss", "tq-mse:4+center",
-                                "f16+center", "rvq:2+center",
+                                "f16+center", "rvq:2+center", "tq-mse:3+chscale",
                                 /* polar's AVX-512 kernels per level width (B = 3: 2-entry upper
                                  * tables, 6: 64-entry level 1) and f32 radii */
                                 "polar:3", "polar:6", "polar+scale32", "polar+center", "polar+outliers=16",

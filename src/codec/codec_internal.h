@@ -121,6 +121,7 @@ typedef struct kvq_plan_opts {
     int scale32;    /* f32 scales */
     int cb_gauss;   /* Gaussian codebook instead of sphere */
     int center;     /* +center: subtract the calibrated per-channel mean */
+    int chscale;    /* +chscale: +center, then scale channel c by (sigma_c / rms sigma)^-1/2 */
 } kvq_plan_opts;
 
 struct kvq_plan {
@@ -145,7 +146,8 @@ struct kvq_plan {
     kvq_plan *inner;   /* +outliers: plan for the non-outlier channels */
     int *ch_out;       /* +outliers: K outlier channels, ascending */
     int *ch_in;        /* +outliers: d - K other channels, ascending */
-    float *mu;         /* +center: 2 x d floats: the mean, then the mean in the inner plan's domain */
+    float *mu;         /* +center: 4 x d floats: the mean, the scaled mean in the inner plan's domain,
+                          the channel scales a and 1 / a (all 1 without +chscale) */
     enc_fn encode;
     dec_fn decode;     /* NULL for key-only methods */
     prep_fn prep;

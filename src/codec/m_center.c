@@ -12,6 +12,20 @@
  *   score = est <q, k - mean> + <q, mean>      (one dot per query, in prep)
  *   acc  += sum_i w_i (v̂_i - mean) + (sum_i w_i) mean
  * Records are the inner method's; the prepared query gains one float.
+ *
+ * +chscale (implies +center) also scales channel c by a_c = (sigma_c / s)^-1/2
+ * before the inner method (sigma_c: the calibration rows' standard deviation
+ * of channel c, s: the RMS of the sigma_c, sigma_c clamped to >= s/100):
+ *   encode  a * (k - mean);   score = est <q / a, a (k - mean)> + <q, mean>
+ *   decode  (inner decode) / a + mean   (the / a after the inner unrotation)
+ * A rotation makes the inner method's error isotropic with a size set by the
+ * largest channels. Real keys put most of their energy in a few channels that
+ * the queries barely read (Gemma 3 270M layer 11: key channel RMS 77 where the
+ * query's is 0.4), so that error lands on the channels the queries do read.
+ * Scaling by a_c^2 ∝ sigma_q / sigma_k minimises E[(q·e)^2] over diagonal
+ * scalings when the error is isotropic (Cauchy–Schwarz); without query
+ * statistics sigma_q is taken flat, hence the power -1/2 (half whitening).
+ * Measured: docs/RESULTS.md, "Quality (issue 5)".
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,8 +34,9 @@
 #include "codec_internal.h"
 
 static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
+    const float *a = p->mu + 2 * p->d;
     float xc[KVQ_DIM_MAX];
-    for (int c = 0; c < p->d; c++) xc[c] = x[c] - p->mu[c];
+    for (int c = 0; c < p->d; c++) xc[c] = (x[c] - p->mu[c]) * a[c];
     return p->inner->encode(p->inner, xc, code);
 }
 
@@ -32,7 +47,14 @@ static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
 }
 
 static void prep(const kvq_plan *p, const float *q, float *qp) {
-    p->inner->prep(p->inner, q, qp);
+    if (p->o.chscale) {
+        const float *ia = p->mu + 3 * p->d;
+        float qs[KVQ_DIM_MAX];
+        for (int c = 0; c < p->d; c++) qs[c] = q[c] * ia[c];
+        p->inner->prep(p->inner, qs, qp);
+    } else {
+        p->inner->prep(p->inner, q, qp);
+    }
     double s = 0;
     for (int c = 0; c < p->d; c++) s += (double)q[c] * p->mu[c];
     qp[p->qfloats - 1] = (float)s;
@@ -57,29 +79,67 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
     }
 }
 
+/* The inner plan's unrotation of accumulated rows, then / a per channel (+chscale). */
+int center_unrotate(const kvq_plan *p, const float *acc, float *out) {
+    int rc = kvq_unrotate(p->inner, acc, out);
+    if (rc || !p->o.chscale) return rc;
+    const float *ia = p->mu + 3 * p->d;
+    for (int c = 0; c < p->d; c++) out[c] *= ia[c];
+    return KVQ_OK;
+}
+
+/* mean (mu[0..d)) and channel scales (mu[2d..3d), their inverses at 3d) of
+ * the calibration rows */
+static int calibrate(kvq_plan *p, const float *calib, size_t n_calib) {
+    const int d = p->d;
+    double var[KVQ_DIM_MAX], tot = 0;
+    for (int c = 0; c < d; c++) {
+        double s = 0, s2 = 0;
+        for (size_t i = 0; i < n_calib; i++) {
+            double v = calib[i * (size_t)d + c];
+            if (!isfinite(v)) return KVQ_ERR_NONFINITE;
+            s += v;
+        }
+        const double m = s / (double)n_calib;
+        for (size_t i = 0; i < n_calib; i++) {
+            double v = calib[i * (size_t)d + c] - m;
+            s2 += v * v;
+        }
+        p->mu[c] = (float)m;
+        var[c] = s2 / (double)n_calib;
+        tot += var[c];
+    }
+    const double rms = sqrt(tot / d); /* RMS over channels of sigma_c */
+    for (int c = 0; c < d; c++) {
+        double a = 1;
+        if (p->o.chscale && rms > 0) {
+            double sg = sqrt(var[c]);
+            if (sg < rms / 100) sg = rms / 100;
+            a = sqrt(rms / sg); /* (sigma_c / rms)^-1/2, in [1/sqrt(sqrt(d)), 10] */
+        }
+        p->mu[2 * d + c] = (float)a;
+        p->mu[3 * d + c] = (float)(1 / a);
+    }
+    return KVQ_OK;
+}
+
 /* Builds a +center plan: p has m, d, seed, o, isa set. src: clone source. */
 int center_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const kvq_plan *src) {
     const int d = p->d;
-    p->mu = calloc(2 * (size_t)d, sizeof *p->mu);
+    p->mu = calloc(4 * (size_t)d, sizeof *p->mu);
     if (!p->mu) return KVQ_ERR_NOMEM;
     if (src) {
-        memcpy(p->mu, src->mu, (size_t)d * sizeof *p->mu);
+        memcpy(p->mu, src->mu, 4 * (size_t)d * sizeof *p->mu);
     } else {
         if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
-        for (int c = 0; c < d; c++) {
-            double s = 0;
-            for (size_t i = 0; i < n_calib; i++) {
-                double v = calib[i * (size_t)d + c];
-                if (!isfinite(v)) return KVQ_ERR_NONFINITE;
-                s += v;
-            }
-            p->mu[c] = (float)(s / (double)n_calib);
-        }
+        int rc = calibrate(p, calib, n_calib);
+        if (rc) return rc;
     }
     char inner[80];
     size_t o = 0;
     for (const char *s = spec; *s && o + 1 < sizeof inner;) {
         if (!strncmp(s, "+center", 7) && (s[7] == 0 || s[7] == '+')) { s += 7; continue; }
+        if (!strncmp(s, "+chscale", 8) && (s[8] == 0 || s[8] == '+')) { s += 8; continue; }
         inner[o++] = *s++;
     }
     inner[o] = 0;
@@ -92,9 +152,11 @@ int center_build(kvq_plan *p, const char *spec, const float *calib, size_t n_cal
         kvq_plan_free(p->inner);
         p->inner = c;
     }
-    /* the mean in the inner domain: rotated like the inner plan's decode output */
-    if (p->inner->rotated) rot_apply(&p->inner->rot, p->mu, p->mu + d);
-    else memcpy(p->mu + d, p->mu, (size_t)d * sizeof *p->mu);
+    /* the scaled mean a * mean in the inner domain: rotated like the inner plan's decode output */
+    float am[KVQ_DIM_MAX];
+    for (int c = 0; c < d; c++) am[c] = p->mu[c] * p->mu[2 * d + c];
+    if (p->inner->rotated) rot_apply(&p->inner->rot, am, p->mu + d);
+    else memcpy(p->mu + d, am, (size_t)d * sizeof *p->mu);
     p->code_bytes = p->inner->code_bytes;
     p->qfloats = p->inner->qfloats + 1;
     p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */

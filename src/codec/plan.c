@@ -133,6 +133,7 @@ static int parse_spec(const char *spec, const kvq_method **m, kvq_plan_opts *o) 
         else if (!eq && kl == 5 && !strncmp(s, "norot", 5)) o->norot = 1;
         else if (!eq && kl == 7 && !strncmp(s, "scale32", 7)) o->scale32 = 1;
         else if (!eq && kl == 6 && !strncmp(s, "center", 6)) o->center = 1;
+        else if (!eq && kl == 7 && !strncmp(s, "chscale", 7)) o->center = o->chscale = 1;
         else return KVQ_ERR_UNKNOWN_METHOD;
         s += ol;
     }
@@ -151,11 +152,13 @@ static void canonical_spec(kvq_plan *p) {
     if (p->o.scale_norm) n += snprintf(s + n, cap - (size_t)n, "+scale=norm");
     if (p->o.scale32) n += snprintf(s + n, cap - (size_t)n, "+scale32");
     if (p->o.cb_gauss) n += snprintf(s + n, cap - (size_t)n, "+cb=gauss");
-    if (p->o.center) snprintf(s + n, cap - (size_t)n, "+center");
+    if (p->o.center) n += snprintf(s + n, cap - (size_t)n, "+center");
+    if (p->o.chscale) snprintf(s + n, cap - (size_t)n, "+chscale");
 }
 
 int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const int *channels);
 int center_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const kvq_plan *src);
+int center_unrotate(const kvq_plan *p, const float *acc, float *out);
 
 static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, const float *calib, size_t n_calib,
                       kvq_isa isa, const kvq_plan *src) {
@@ -355,7 +358,7 @@ int outliers_unrotate(const kvq_plan *p, const float *acc, float *out);
 
 int kvq_unrotate(const kvq_plan *p, const float *acc, float *out) {
     if (!p || !acc || !out) return KVQ_ERR_NULL;
-    if (p->o.center) return kvq_unrotate(p->inner, acc, out);
+    if (p->o.center) return center_unrotate(p, acc, out);
     if (p->inner) return outliers_unrotate(p, acc, out);
     rot_apply_inv(&p->rot, acc, out);
     return KVQ_OK;
