@@ -4,6 +4,8 @@
  * - is within the documented bound of the float reference tq_accum_ref:
  *   |delta acc_c| <= sum_i 0.51 * xmax_run / 65535 * cscale * |c8[idx_ic]|;
  * - runs with a negative weight fall back to float (= reference to 1e-5).
+ * And the token-lane integer scores (tq_score_tok) equal the scalar
+ * reference's bit for bit.
  * d = 64, 128, 256, b = 1..4, f16 and f32 scales, 1 to 600 records (tails,
  * several runs), 1 to 9 query rows (passes of 1..4). */
 #include <math.h>
@@ -35,6 +37,24 @@ static void check_case(const char *spec, int d, size_t n, size_t nq, int neg, tu
             w[j * n + i] = v;
         }
     if (neg) w[(nq - 1) * n + n / 2] = -0.5f; /* that run falls back to float */
+    {
+        const size_t qf = p->qfloats;
+        float *q = malloc(nq * d * sizeof *q), *qp = malloc(nq * qf * sizeof *qp);
+        float *sr = malloc(nq * n * sizeof *sr), *sk = malloc(nq * n * sizeof *sk);
+        for (size_t i = 0; i < nq * d; i++) q[i] = (float)(tu_gauss(r) * (i % 7 == 0 ? 5 : 1));
+        for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(p, q + j * d, qp + j * qf));
+        tq_layout ls = L;
+        ls.vnni = 0;
+        tq_score(&ls, qp, qf, nq, codes, n, sr, KVQ_ISA_SCALAR);
+        memset(sk, 0x7f, nq * n * sizeof *sk);
+        const int st = tq_score_tok(&L, qp, qf, nq, codes, n, sk);
+        CHECK(st == (p->vnni && n >= 16), "%s d=%d n=%zu: score_tok served %d", spec, d, n, st);
+        if (st) CHECK(!memcmp(sr, sk, nq * n * sizeof *sr), "%s d=%d n=%zu nq=%zu: token-lane scores differ", spec, d, n, nq);
+        free(q);
+        free(qp);
+        free(sr);
+        free(sk);
+    }
     for (size_t i = 0; i < nq * d; i++) a0[i] = ak[i] = ar[i] = (float)tu_gauss(r);
     tq_accum_ref(&L, w, nq, codes, n, ar);
     int served = tq_accum_vnni(&L, w, nq, codes, n, ak);

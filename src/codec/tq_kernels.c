@@ -145,7 +145,8 @@ void tq_score(const tq_layout *L, const float *qp, size_t qstride, size_t nq, co
     tq_layout l = *L;
     const int i8 = L->cb->snapped;
     l.scent = i8 ? L->cb->ci : L->cb->c;
-    if (i8 && L->vnni && tq_score_vnni(&l, qp, qstride, nq, codes, n, scores)) return;
+    if (i8 && L->vnni && (tq_score_tok(&l, qp, qstride, nq, codes, n, scores) || tq_score_vnni(&l, qp, qstride, nq, codes, n, scores)))
+        return;
     const float *q = i8 ? qp + L->d : qp; /* integer-valued q8 rows, or q~ */
     if (isa >= KVQ_ISA_AVX512) tq_score_avx512(&l, q, qstride, nq, codes, n, scores);
     else if (isa >= KVQ_ISA_AVX2) tq_score_avx2(&l, q, qstride, nq, codes, n, scores);

@@ -88,4 +88,9 @@ void tq_accum(const tq_layout *L, const float *w, size_t nq, const uint8_t *code
  * rounded to 16 bits per row and run of 256 records): returns 0 if it does
  * not serve the layout. */
 int tq_accum_vnni(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+/* Integer scores with lanes = 16 records (tq_vnni_x86.c; n >= 16, snapped
+ * codebooks, d = 64/128/256, b <= 4; same bits as tq_score_vnni): returns 0
+ * if it does not serve the call. */
+int tq_score_tok(const tq_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                 float *scores);
 #endif
