@@ -4,10 +4,14 @@
 # summary.md of scripts/report.py, commands.txt (every command run, with the
 # git revision and the machine) and logs/ (each tool's stderr).
 #
-# usage: bash scripts/full-report.sh [--quick | --full] [options] MODEL...
+# usage: bash scripts/full-report.sh [--quick | --standard | --full] [options] MODEL...
 #   MODEL             a .gguf path, or smollm2 | gemma3 | all (files in models/)
 #   --quick           few chunks, short contexts, a subset of policies for the
 #                     slow tools (default; ~15-30 min per model on 2 cores)
+#   --standard        every policy in kld (ctx 2048, 2 windows) and ppl (code,
+#                     ctx 2048, 1 window); the quick subset in needle (ctx
+#                     2048 and 4096), gen-check (200 tokens) and bench (ctx 512
+#                     and 4096) (~1 h per model on 2 cores)
 #   --full            every policy in every tool, contexts up to the model's
 #                     limit (hours on a 2-core machine)
 #   --kvq PATH        the kvq binary (default build/kvq; built if missing)
@@ -43,10 +47,11 @@ POLICIES=""
 MEM=16GiB
 MODELS=()
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) MODE=quick ;;
+        --standard) MODE=standard ;;
         --full) MODE=full ;;
         --kvq) shift; KVQ="${1:?--kvq needs a path}" ;;
         --out) shift; OUT="${1:?--out needs a directory}" ;;
@@ -161,13 +166,14 @@ for MODEL in "${LIST[@]}"; do
         SLOW="$POLICIES"
     else
         BASE="q8 q4 tq-mse:4 tq-mse:3 tq-mse:2 k=q8,v=tq-mse:4 k=q8,v=tq-mse:3 tq-prod:3/tq-mse:4 tq-prod:4/tq-mse:4 \
-tq-prod:3/q8 tq-prod:4/q8 qjl/q8 polar rvq:1 rvq:2 tq-mse:4+outliers=8 tq-mse:3+outliers=8"
+tq-prod:3/q8 tq-prod:4/q8 qjl/q8 polar rvq:1 rvq:2 tq-mse:4+outliers=8 tq-mse:3+outliers=8 \
+tq-mse:4+chscale/tq-mse:4 tq-mse:3+chscale/tq-mse:3 tq-mse:4+chscale/tq-mse:2"
         ALL="f16"
         for p in $BASE; do ALL="$ALL $p $p,w=128"; done
-        [ "$HYBRID" = 1 ] && ALL="$ALL q8,sliding=1 tq-mse:4,sliding=1 tq-mse:3,sliding=1"
+        [ "$HYBRID" = 1 ] && ALL="$ALL q8,sliding=1 tq-mse:4,sliding=1 tq-mse:3,sliding=1 tq-mse:4+chscale/tq-mse:4,sliding=1"
         # the slow tools (bench, needle, gen-check) in quick mode
         SLOW="f16 q8 q4 tq-mse:4 tq-mse:3 tq-mse:2 k=q8,v=tq-mse:3 tq-prod:4/q8 qjl/q8 polar rvq:1 rvq:2 \
-tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128"
+tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128 tq-mse:4+chscale/tq-mse:4 tq-mse:3+chscale/tq-mse:3"
         [ "$HYBRID" = 1 ] && SLOW="$SLOW tq-mse:4,sliding=1"
         [ "$MODE" = full ] && SLOW="$ALL"
     fi
@@ -183,6 +189,11 @@ tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128"
         NEEDLE_ARGS=(--ctx 1024 --depths 0.1,0.5,0.9 --trials 1)
         GEN_ARGS=(--n 64 --prompts 4)
         BENCH_ARGS=(--ctx 512,1024 --gen 16 --prefill 128 --rounds 8)
+    elif [ "$MODE" = standard ]; then
+        CODEC_N=20000; KLD_ARGS=(--ctx 2048 --chunks 2); PPL_ARGS=(--ctx 2048 --chunks 1)
+        NEEDLE_ARGS=(--ctx "$(cap_list 2048,4096)" --depths 0.1,0.5,0.9 --trials 1)
+        GEN_ARGS=(--n 200 --prompts 4)
+        BENCH_ARGS=(--ctx "$(cap_list 512,4096)" --gen 16 --prefill 256 --rounds 4)
     else
         CODEC_N=20000; KLD_ARGS=(--ctx 2048 --chunks 8); PPL_ARGS=(--ctx 2048 --chunks 8)
         NEEDLE_ARGS=(--ctx "$(cap_list 1024,4096,8192,16384,32768)" --trials 2)
