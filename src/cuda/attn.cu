@@ -36,6 +36,7 @@ struct kvq_cuda_layer {
     int nlut;
     kvqa::LutDesc lut[4];
     int klut[2], vlut[2], lut_bytes;
+    int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
     void *ws;
     size_t ws_bytes;
 };
@@ -130,6 +131,8 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     kvqa::AttnParams q;
     memset(&q, 0, sizeof q);
     q.lut_bytes = L->lut_bytes;
+    L->wide = kf == KF_TQ4 && vf == VF_TQ4 && L->nlut == 1 && L->klut[0] == L->vlut[0];
+    q.wide = L->wide;
     int rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
     if (!rc && L->occ < 1) rc = KVQ_ERR_UNSUPPORTED; /* does not fit the device */
     if (!rc && L->W > 0) rc = kvq_attn_launch_window(q, 0, 0);
@@ -347,7 +350,10 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
      * H200, 4 x 32K 1.75x, fewer LUT builds and partial states per tile; docs/RESULTS.md) */
     const int tiles = (b->max_main_len + 15) / 16;
     const long long items = (long long)b->n_seq * L->H * L->QG;
-    const long long target = 2LL * L->sms * L->occ;
+#ifndef KVQ_ATTN_WAVES
+#define KVQ_ATTN_WAVES 2
+#endif
+    const long long target = (long long)KVQ_ATTN_WAVES * L->sms * L->occ;
     long long want = (target + items - 1) / items;
     if (want < 1) want = 1;
     int ct = (int)((tiles + want - 1) / want);
@@ -418,6 +424,7 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     p.vlut[1] = L->vlut[1];
     p.kconst = L->k->qjl_k;
     p.lut_bytes = L->lut_bytes;
+    p.wide = L->wide;
     if (nchunk > 0) {
         int rc = L->fn(p, 1, st, NULL, NULL, NULL);
         if (rc) return rc;

@@ -29,7 +29,13 @@
 #ifndef KVQ_ATTN_CUH
 #define KVQ_ATTN_CUH
 
+#include <type_traits>
+
 #include "cuda_internal.cuh"
+
+#ifndef KVQ_ATTN_WIDE
+#define KVQ_ATTN_WIDE 1 /* the wide-table kernel for tq-mse:4 K and V with one codebook */
+#endif
 
 namespace kvqa {
 
@@ -61,6 +67,7 @@ struct AttnParams {
     int klut[2], vlut[2]; /* LUT offsets of the K / V stages */
     float kconst;         /* QJL sqrt(pi/2)/m */
     int lut_bytes;        /* stage buffers start here */
+    int wide;             /* 4-bit K and V sharing one table: the wide-table kernel (attn_kernel_w4) */
 };
 
 /* ---- tile addressing ---------------------------------------------------- */
@@ -598,6 +605,51 @@ __device__ __forceinline__ void load_window(uint8_t *dst, const uint8_t *ring, i
     }
 }
 
+/* The block's warps merge their (m, l, O) in shared memory (region: the stages, no longer
+ * in use) and write one partial state of the chunk (or of the window). */
+template <class VF, int NW>
+__device__ __forceinline__ void block_merge(uint8_t *region, const AttnParams &p, int s, int h, int qgrp, int chunk,
+                                            int GQ, bool win, const float m_run[2], const float l_run[2],
+                                            const float O[D / 16][4], int lane, int warp) {
+    const int g = lane >> 2, qq = lane & 3;
+    float *wm = (float *)region, *wl = wm + NW * QPB, *wo = wl + NW * QPB;
+    if (g == 0) {
+        wm[warp * QPB + 2 * qq] = m_run[0];
+        wm[warp * QPB + 2 * qq + 1] = m_run[1];
+        wl[warp * QPB + 2 * qq] = l_run[0];
+        wl[warp * QPB + 2 * qq + 1] = l_run[1];
+    }
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wo[(warp * QPB + 2 * qq + (e & 1)) * D + VF::vcoord(g, mt, e >> 1)] = O[mt][e];
+    __syncthreads();
+    const int slot = (((s * p.H + h) * p.QG + qgrp) * (p.nchunk + 1)) + (win ? p.nchunk : chunk);
+    float *out = p.part + (size_t)slot * SF;
+    for (int idx = threadIdx.x; idx < GQ * D; idx += NW * 32) {
+        const int q = idx / D, c = idx - q * D;
+        float M = -INFINITY;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w * QPB + q]);
+        float acc = 0.f;
+        if (M != -INFINITY)
+            for (int w = 0; w < NW; w++) {
+                const float mw = wm[w * QPB + q];
+                if (mw != -INFINITY) acc += exp2f(mw - M) * wo[(w * QPB + q) * D + c];
+            }
+        out[2 * QPB + q * D + c] = acc;
+        if (c == 0) {
+            float L = 0.f;
+            if (M != -INFINITY)
+                for (int w = 0; w < NW; w++) {
+                    const float mw = wm[w * QPB + q];
+                    if (mw != -INFINITY) L += exp2f(mw - M) * wl[w * QPB + q];
+                }
+            out[q] = M;
+            out[QPB + q] = L;
+        }
+    }
+}
+
 /* ---- the kernel ------------------------------------------------------------------------ */
 template <class KF, class VF, int NW, int STAGES, bool WIN>
 __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) attn_kernel(const AttnParams p) {
@@ -788,43 +840,353 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
         l_run[1] += __shfl_xor_sync(KVQ_FULL_MASK, l_run[1], o);
     }
     __syncthreads(); /* every warp is done with its stages: reuse them for the block merge */
+    block_merge<VF, NW>(smem + p.lut_bytes, p, s, h, qgrp, chunk, GQ, WIN, m_run, l_run, O, lane, warp);
+}
 
-    float *wm = (float *)(smem + p.lut_bytes), *wl = wm + NW * QPB, *wo = wl + NW * QPB;
-    if (g == 0) {
-        wm[warp * QPB + 2 * qq] = m_run[0];
-        wm[warp * QPB + 2 * qq + 1] = m_run[1];
-        wl[warp * QPB + 2 * qq] = l_run[0];
-        wl[warp * QPB + 2 * qq + 1] = l_run[1];
-    }
-#pragma unroll
-    for (int mt = 0; mt < D / 16; mt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) wo[(warp * QPB + 2 * qq + (e & 1)) * D + VF::vcoord(g, mt, e >> 1)] = O[mt][e];
-    __syncthreads();
-    const int slot = (((s * p.H + h) * p.QG + qgrp) * (p.nchunk + 1)) + (WIN ? p.nchunk : chunk);
-    float *out = p.part + (size_t)slot * SF;
-    for (int idx = threadIdx.x; idx < GQ * D; idx += NW * 32) {
-        const int q = idx / D, c = idx - q * D;
-        float M = -INFINITY;
-        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w * QPB + q]);
-        float acc = 0.f;
-        if (M != -INFINITY)
-            for (int w = 0; w < NW; w++) {
-                const float mw = wm[w * QPB + q];
-                if (mw != -INFINITY) acc += exp2f(mw - M) * wo[(w * QPB + q) * D + c];
-            }
-        out[2 * QPB + q * D + c] = acc;
-        if (c == 0) {
-            float L = 0.f;
-            if (M != -INFINITY)
-                for (int w = 0; w < NW; w++) {
-                    const float mw = wm[w * QPB + q];
-                    if (mw != -INFINITY) L += exp2f(mw - M) * wl[w * QPB + q];
-                }
-            out[q] = M;
-            out[QPB + q] = L;
+/* ---- tq-mse:4 keys and values sharing one codebook: the wide-table kernel ---------------
+ * The 4-bit table has rows of 256 bytes (byte b at b * 256, the lanes' copies in the first
+ * 128 bytes), so that a lookup's shared address is one PRMT: (byte << 8) | 4 * lane, the
+ * table's base an immediate / uniform register of the LDS (2 instructions per lookup
+ * instead of 3). The second halves of the rows (32 KiB) hold the V codes of the stages:
+ * stage slot (warp, stage) takes 8 half rows, half row j the tokens 2j, 2j + 1, rotated by
+ * 32 * (j % 4) bytes (no bank conflict in the V-side reads: a half warp reads 16 distinct
+ * 8-byte words). K codes are stored linearly (conflict-free as they are), with the K and V
+ * scales, in the stage region after the table. A tile is fetched by 5 cp.async per lane
+ * (one 64-bit base per field, per-lane constant offsets: ~50 instructions per tile instead
+ * of ~85). -DKVQ_ATTN_BULK=1: the K scales, K codes and V scales by 3 bulk copies of lane 0
+ * (cp.async.bulk on one mbarrier per stage, the V codes' cp.async arriving on it too); the
+ * bulk copies take uniform registers, so each costs an ELECT loop of ~18 instructions. */
+#ifndef KVQ_ATTN_BULK
+#define KVQ_ATTN_BULK 0
+#endif
+constexpr int WROW = 256;                    /* bytes per row of the wide table */
+constexpr int WLUT = 256 * WROW;             /* 64 KiB */
+constexpr int W_OUT = 16 * (2 + D / 2 + 2);  /* per tile outside the table: K scales, K codes, V scales */
+constexpr int W_KC = 32, W_VS = 16 * (2 + D / 2);
+constexpr int W_BYTES = 16 * 2 * (2 + D / 2); /* bytes of a tile */
+constexpr int W_NW = 8, W_STAGES = 4;
+static_assert(W_NW * W_STAGES * 8 <= 256, "V code slots: 8 half rows each");
+
+#ifndef KVQ_ATTN_W4_FAST
+#define KVQ_ATTN_W4_FAST 2 /* 0: as the classic kernel; 1: one-LOP3 interleave, no query mask; 2: finite initial max */
+#endif
+/* m ? a : b, bitwise (one LOP3) */
+__device__ __forceinline__ uint32_t bitsel(uint32_t m, uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xCA;" : "=r"(d) : "r"(m), "r"(a), "r"(b));
+    return d;
+}
+template <int B> __device__ __forceinline__ uint32_t lut4x(const uint8_t *lut, uint32_t w, uint32_t lane4) {
+    uint32_t a;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane4), "n"(0x5504 | (B << 4)));
+    return *(const uint32_t *)(lut + a);
+}
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n\t.reg .pred P1;\n"
+        "WAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+        "@P1 bra DONE_%=;\n\t"
+        "bra WAIT_%=;\n"
+        "DONE_%=:\n\t}" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+template <int UNUSED = 0> /* a template: defined in every K format's translation unit */
+__global__ void __launch_bounds__(W_NW * 32, 2) attn_kernel_w4(const AttnParams p) {
+    constexpr int NW = W_NW, STAGES = W_STAGES;
+    extern __shared__ uint4 smem_u4[];
+    uint8_t *smem = (uint8_t *)smem_u4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3;
+    const uint32_t lane4 = (uint32_t)lane * 4;
+    const int s = blockIdx.z, hg = blockIdx.y, h = hg / p.QG, qgrp = hg - h * p.QG, chunk = blockIdx.x;
+    const int GQ = min(QPB, p.G - qgrp * QPB);
+    const int len = p.main_len[s];
+    const int t_begin = chunk * p.chunk_tiles, t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
+    if (t_begin >= t_end) return;
+
+    {   /* the wide table: 16-byte stores of 4 lanes' copies */
+        const float *c = p.lut[0].c;
+        for (int e = threadIdx.x; e < 256 * 8; e += NW * 32) {
+            const int byte = e >> 3;
+            const uint32_t v = pack2(c[byte & 15], c[byte >> 4]);
+            *(uint4 *)(smem + byte * WROW + (e & 7) * 16) = make_uint4(v, v, v, v);
         }
     }
+    uint32_t qa[D / 16][2];
+    {
+        const int qi = h * p.G + qgrp * QPB + g;
+        const bool has = g < GQ;
+        const float *q = p.qprep + ((size_t)s * p.HQ + qi) * p.qf;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int reg = 2 * ks + j;
+                const float lo = has ? q[kcoord4(qq, reg, 0)] : 0.f;
+                const float hi = has ? q[kcoord4(qq, reg, 1)] : 0.f;
+                qa[ks][j] = pack2(lo, hi);
+            }
+    }
+    uint8_t *outs = smem + WLUT + warp * STAGES * W_OUT;      /* this warp's K codes and scales */
+    const uint32_t holes = 128u + (uint32_t)(warp * STAGES * 8) * WROW; /* its V code slots (offsets) */
+#if KVQ_ATTN_BULK
+    const uint32_t bar0 = smem_addr(smem + WLUT + NW * STAGES * W_OUT) + warp * STAGES * 8;
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < STAGES; i++) mbar_init(bar0 + 8 * i, 33);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+#endif
+    __syncthreads(); /* table and barriers ready */
+
+    const int my_n = t_end - t_begin > warp ? (t_end - t_begin - warp + NW - 1) / NW : 0;
+    /* per lane: the page base (pages + page * page_bytes) and first slot of one of the warp's tiles */
+    const uint8_t *my_page = p.pages;
+    int my_slot = 0;
+    if (lane < my_n) {
+        const int pos = (t_begin + warp + lane * NW) * 16, pi = pos / p.P;
+        my_page = p.pages + (unsigned long long)p.block_table[(size_t)s * p.max_pages + pi] * p.page_bytes;
+        my_slot = pos - pi * p.P;
+    }
+    const uint32_t kfield = (uint32_t)(h * p.krun), vfield = (uint32_t)(p.kv_off_v + h * p.vrun);
+#if KVQ_ATTN_BULK
+    /* the V codes by cp.async (2 per lane, into the holes; the lane's copies arrive on the
+     * stage's mbarrier when complete), the K scales, K codes and V scales by 3 bulk copies of
+     * lane 0 (expect_tx): the mbarrier counts 32 + 1 arrivals and the bulk bytes */
+    const uint32_t sbase = smem_addr(smem);
+    const uint32_t dv = sbase + holes + (lane >> 3) * WROW + (((lane & 7) * 16 + 32 * ((lane >> 3) & 3)) & 127);
+    const uint32_t vsrc = vfield + 2 * p.P + 16 * lane;
+    auto issue = [&](int i) {
+        if (i < my_n) {
+            const int st = i % STAGES;
+            const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)my_page, i & 31);
+            const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);
+            const uint32_t bar = bar0 + 8 * st;
+            const uint8_t *vc = pg + (vsrc + slot0 * (D / 2));
+            const uint32_t d = dv + st * (8 * WROW);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(vc) : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + 4 * WROW), "l"(vc + 512) : "memory");
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+            if (lane == 0) {
+                const uint32_t o = smem_addr(outs) + st * W_OUT;
+                mbar_expect(bar, W_OUT);
+                bulk_g2s(o, pg + (kfield + slot0 * 2), 32, bar);
+                bulk_g2s(o + W_KC, pg + (kfield + 2 * p.P + slot0 * (D / 2)), 16 * (D / 2), bar);
+                bulk_g2s(o + W_VS, pg + (vfield + slot0 * 2), 32, bar);
+            }
+        }
+    };
+#else
+    /* cp.async only: 5 per lane (K codes 2, V codes 2 into the holes, lanes 0..3 the scales),
+     * per-lane constant offsets, one 64-bit base per field */
+    const uint32_t sbase = smem_addr(smem), obase = smem_addr(outs);
+    const uint32_t dk = obase + W_KC + 16 * lane;
+    const uint32_t dv = sbase + holes + (lane >> 3) * WROW + (((lane & 7) * 16 + 32 * ((lane >> 3) & 3)) & 127);
+    const uint32_t ds = obase + (lane < 2 ? 16 * lane : W_VS + 16 * (lane & 1));
+    const uint32_t ksrc = kfield + 2 * p.P + 16 * lane, vsrc = vfield + 2 * p.P + 16 * lane;
+    const uint32_t ssrc = (lane < 2 ? kfield : vfield) + 16 * (lane & 1);
+    auto issue = [&](int i) {
+        if (i < my_n) {
+            const int st = i % STAGES;
+            const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)my_page, i & 31);
+            const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);
+            const uint8_t *kc = pg + (ksrc + slot0 * (D / 2)), *vc = pg + (vsrc + slot0 * (D / 2));
+            const uint32_t ok = st * W_OUT, ov = st * (8 * WROW);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok), "l"(kc) : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok + 512), "l"(kc + 512) : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov), "l"(vc) : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov + 4 * WROW), "l"(vc + 512) : "memory");
+            if (lane < 4)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ds + ok), "l"(pg + (ssrc + slot0 * 2))
+                             : "memory");
+        }
+        kvq_cp_async_commit();
+    };
+#endif
+
+    float O[D / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++) O[mt][0] = O[mt][1] = O[mt][2] = O[mt][3] = 0.f;
+#if KVQ_ATTN_W4_FAST >= 2
+    /* the running max starts finite (-1e30): a first score above it forces the rescale
+     * (alpha = 2^-huge = 0 of the empty O and l), so 2^(s - m) needs no -inf guard;
+     * back to -inf at the end for a warp that saw no token */
+    constexpr float M0 = -1e30f;
+#else
+    constexpr float M0 = -INFINITY;
+#endif
+    float m_run[2] = {M0, M0}, l_run[2] = {0.f, 0.f};
+    int rem = len - 16 * (t_begin + warp); /* tokens from this warp's next tile on */
+#if KVQ_ATTN_W4_FAST
+    (void)GQ;
+#else
+    const bool qv0 = 2 * qq < GQ, qv1 = 2 * qq + 1 < GQ;
+#endif
+    /* the V-side words of this lane (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9; group g) */
+    const uint32_t vu = (uint32_t)((8 * g + 32 * qq) & 127);
+    const uint32_t va = holes + qq * WROW + vu, vb = holes + qq * WROW + (vu ^ 64u);
+
+#pragma unroll 1
+    for (int i = 0; i < STAGES - 1; i++) issue(i);
+#pragma unroll 1
+    for (int i = 0; i < my_n; i++) {
+        const int st = i % STAGES;
+#if KVQ_ATTN_BULK
+        mbar_wait(bar0 + 8 * st, (uint32_t)(i / STAGES) & 1u);
+#else
+        kvq_cp_async_wait<STAGES - 2>();
+        __syncwarp();
+#endif
+        const uint8_t *tk = outs + st * W_OUT, *tv = tk + W_VS;
+        const int nvalid = min(16, rem);
+        rem -= 16 * NW;
+        const bool tv0 = g < nvalid, tv1 = g + 8 < nvalid;
+        float sc[4];
+        {
+            uint32_t kb0[16], kb1[16];
+            const uint4 v0 = ld128(tk + W_KC + g * (D / 2) + qq * 16);
+            const uint4 v1 = ld128(tk + W_KC + (g + 8) * (D / 2) + qq * 16);
+            const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                kb0[4 * k] = lut4x<0>(smem, w0[k], lane4);
+                kb0[4 * k + 1] = lut4x<1>(smem, w0[k], lane4);
+                kb0[4 * k + 2] = lut4x<2>(smem, w0[k], lane4);
+                kb0[4 * k + 3] = lut4x<3>(smem, w0[k], lane4);
+                kb1[4 * k] = lut4x<0>(smem, w1[k], lane4);
+                kb1[4 * k + 1] = lut4x<1>(smem, w1[k], lane4);
+                kb1[4 * k + 2] = lut4x<2>(smem, w1[k], lane4);
+                kb1[4 * k + 3] = lut4x<3>(smem, w1[k], lane4);
+            }
+            float a[4];
+            kmma_t(a, qa, kb0, kb1);
+            const float g0 = scale_one(tk, g), g1 = scale_one(tk, g + 8);
+#if KVQ_ATTN_W4_FAST
+            /* query columns >= GQ are not masked: their query is 0, so are their scores (finite,
+             * a running max of 0 after the first tile); the merge never reads them */
+            sc[0] = tv0 ? g0 * a[0] : -INFINITY;
+            sc[1] = tv0 ? g0 * a[1] : -INFINITY;
+            sc[2] = tv1 ? g1 * a[2] : -INFINITY;
+            sc[3] = tv1 ? g1 * a[3] : -INFINITY;
+#else
+            sc[0] = (tv0 && qv0) ? g0 * a[0] : -INFINITY;
+            sc[1] = (tv0 && qv1) ? g0 * a[1] : -INFINITY;
+            sc[2] = (tv1 && qv0) ? g1 * a[2] : -INFINITY;
+            sc[3] = (tv1 && qv1) ? g1 * a[3] : -INFINITY;
+#endif
+        }
+        const float t0 = fmaxf(sc[0], sc[2]), t1 = fmaxf(sc[1], sc[3]);
+        if (__any_sync(KVQ_FULL_MASK, t0 > m_run[0] || t1 > m_run[1])) {
+            float x0 = t0, x1 = t1;
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                x0 = fmaxf(x0, __shfl_xor_sync(KVQ_FULL_MASK, x0, o));
+                x1 = fmaxf(x1, __shfl_xor_sync(KVQ_FULL_MASK, x1, o));
+            }
+            const float n0 = fmaxf(m_run[0], x0), n1 = fmaxf(m_run[1], x1);
+#if KVQ_ATTN_W4_FAST >= 2
+            const float al0 = ex2(m_run[0] - n0), al1 = ex2(m_run[1] - n1);
+#else
+            const float al0 = n0 == -INFINITY ? 1.f : ex2(m_run[0] - n0);
+            const float al1 = n1 == -INFINITY ? 1.f : ex2(m_run[1] - n1);
+#endif
+            l_run[0] *= al0;
+            l_run[1] *= al1;
+#pragma unroll
+            for (int mt = 0; mt < D / 16; mt++) {
+                O[mt][0] *= al0;
+                O[mt][1] *= al1;
+                O[mt][2] *= al0;
+                O[mt][3] *= al1;
+            }
+            m_run[0] = n0;
+            m_run[1] = n1;
+        }
+        float pr[4];
+#if KVQ_ATTN_W4_FAST >= 2
+        pr[0] = ex2(sc[0] - m_run[0]);
+        pr[1] = ex2(sc[1] - m_run[1]);
+        pr[2] = ex2(sc[2] - m_run[0]);
+        pr[3] = ex2(sc[3] - m_run[1]);
+#else
+        pr[0] = m_run[0] == -INFINITY ? 0.f : ex2(sc[0] - m_run[0]);
+        pr[1] = m_run[1] == -INFINITY ? 0.f : ex2(sc[1] - m_run[1]);
+        pr[2] = m_run[0] == -INFINITY ? 0.f : ex2(sc[2] - m_run[0]);
+        pr[3] = m_run[1] == -INFINITY ? 0.f : ex2(sc[3] - m_run[1]);
+#endif
+        l_run[0] += pr[0] + pr[2];
+        l_run[1] += pr[1] + pr[3];
+        {
+            /* V codes of the lane's tokens (k0, k1 | k2, k3), nibbles of a pair interleaved as in VStage<4> */
+            const uint8_t *hv = smem + st * 8 * WROW;
+            uint32_t x[4][2];
+            {
+                const uint2 e0 = ld64(hv + va), e1 = ld64(hv + vb), e2 = ld64(hv + va + 4 * WROW),
+                            e3 = ld64(hv + vb + 4 * WROW);
+                x[0][0] = e0.x, x[0][1] = e0.y, x[1][0] = e1.x, x[1][1] = e1.y;
+                x[2][0] = e2.x, x[2][1] = e2.y, x[3][0] = e3.x, x[3][1] = e3.y;
+            }
+#pragma unroll
+            for (int pr2 = 0; pr2 < 2; pr2++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const uint32_t x0 = x[2 * pr2][j], x1 = x[2 * pr2 + 1][j];
+#if KVQ_ATTN_W4_FAST
+                    /* one shift and one bitwise select (LOP3 0xCA: m ? a : b) per word */
+                    x[2 * pr2][j] = bitsel(0x0f0f0f0fu, x0, x1 << 4);
+                    x[2 * pr2 + 1][j] = bitsel(0x0f0f0f0fu, x0 >> 4, x1);
+#else
+                    x[2 * pr2][j] = (x0 & 0x0f0f0f0fu) | ((x1 << 4) & 0xf0f0f0f0u);
+                    x[2 * pr2 + 1][j] = ((x0 >> 4) & 0x0f0f0f0fu) | (x1 & 0xf0f0f0f0u);
+#endif
+                }
+            const float w0 = tv0 ? scale_one(tv, g) : 0.f, w1 = tv1 ? scale_one(tv, g + 8) : 0.f;
+            const uint32_t b0 = kvq_movmatrix_t(pack2(pr[0] * w0, pr[1] * w0));
+            const uint32_t b1 = kvq_movmatrix_t(pack2(pr[2] * w1, pr[3] * w1));
+#pragma unroll
+            for (int mt = 0; mt < D / 16; mt++) {
+                uint32_t a[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint32_t w = x[k][mt >> 2];
+                    const int b = mt & 3;
+                    a[k] = b == 0 ? lut4x<0>(smem, w, lane4) : b == 1 ? lut4x<1>(smem, w, lane4)
+                         : b == 2 ? lut4x<2>(smem, w, lane4) : lut4x<3>(smem, w, lane4);
+                }
+                kvq_mma16816(O[mt], a, b0, b1);
+            }
+        }
+        __syncwarp();
+        issue(i + STAGES - 1);
+    }
+#if !KVQ_ATTN_BULK
+    kvq_cp_async_wait<0>();
+#endif
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+        l_run[0] += __shfl_xor_sync(KVQ_FULL_MASK, l_run[0], o);
+        l_run[1] += __shfl_xor_sync(KVQ_FULL_MASK, l_run[1], o);
+    }
+    __syncthreads();
+#if KVQ_ATTN_W4_FAST >= 2
+    if (m_run[0] == M0) m_run[0] = -INFINITY;
+    if (m_run[1] == M0) m_run[1] = -INFINITY;
+#endif
+    block_merge<VTQ<4>, NW>(smem + WLUT, p, s, h, qgrp, chunk, GQ, false, m_run, l_run, O, lane, warp);
 }
 
 /* Launch configuration of a (K, V) pair: NW warps, STAGES deep. */
@@ -845,6 +1207,24 @@ typedef int (*launch_fn)(const AttnParams &p, int do_launch, cudaStream_t st, in
 template <class KF, class VF>
 int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out, int *occ_out) {
     typedef Cfg<KF, VF> C;
+#if KVQ_ATTN_WIDE
+    if constexpr (std::is_same<KF, KTQ<4>>::value && std::is_same<VF, VTQ<4>>::value) {
+        if (p.wide) { /* one 4-bit table for K and V: the wide-table kernel */
+            const int smem = WLUT + W_NW * W_STAGES * (W_OUT + 8);
+            auto k = attn_kernel_w4<0>;
+            if (nw_out) *nw_out = W_NW;
+            if (smem_out) *smem_out = smem;
+            if (!do_launch) {
+                KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                if (occ_out) KVQ_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ_out, k, W_NW * 32, smem));
+                return KVQ_OK;
+            }
+            dim3 grid(p.nchunk, p.H * p.QG, p.n_seq);
+            k<<<grid, W_NW * 32, smem, st>>>(p);
+            return kvq_cuda_status(cudaGetLastError());
+        }
+    }
+#endif
     const int smem = p.lut_bytes + C::SMEM;
     auto k = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
     if (nw_out) *nw_out = C::NW;

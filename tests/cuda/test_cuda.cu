@@ -747,7 +747,9 @@ static void test_attention(bool quick) {
                  {"tq-mse:1", "tq-mse:1"}, {"rvq:1", "rvq:1"},   {"rvq:2", "rvq:2"},       {"rvq:4", "rvq:4"},
                  {"tq-prod:2", "tq-mse:1"}, {"tq-prod:3", "tq-mse:2"}, {"tq-prod:5", "tq-mse:4"}, {"qjl", "tq-mse:4"},
                  {"tq-mse:4", "q8"},       {"q8", "tq-mse:4"},   {"f16", "tq-mse:2"},      {"tq-mse:4", "f16"},
-                 {"tq-mse:4+norot", "tq-mse:4+norot"}, {"tq-mse:4", "rvq:2"}, {"rvq:2", "q8"}};
+                 {"tq-mse:4+norot", "tq-mse:4+norot"}, {"tq-mse:4", "rvq:2"}, {"rvq:2", "q8"},
+                 /* two 4-bit tables: the classic kernel (one table: the wide-table kernel) */
+                 {"tq-mse:4", "tq-mse:4+cb=gauss"}};
     uint64_t seed = 100;
     int i = 0;
     for (auto &pr : pairs) {
