@@ -105,6 +105,8 @@ typedef struct kvq_method kvq_method;
  * code_bytes; queries are prepared rows of qfloats; accumulators are rows of
  * d floats in the rotated domain. */
 typedef int (*enc_fn)(const kvq_plan *p, const float *x, uint8_t *code);
+/* n finite f32 rows at once (optional; kvq_encode falls back to enc_fn per row) */
+typedef int (*enc_rows_fn)(const kvq_plan *p, const float *x, size_t n, uint8_t *codes);
 typedef void (*dec_fn)(const kvq_plan *p, const uint8_t *code, float *y_rot);
 typedef void (*prep_fn)(const kvq_plan *p, const float *q, float *qp);
 typedef void (*score_fn)(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
@@ -149,6 +151,7 @@ struct kvq_plan {
     float *mu;         /* +center: 4 x d floats: the mean, the scaled mean in the inner plan's domain,
                           the channel scales a and 1 / a (all 1 without +chscale) */
     enc_fn encode;
+    enc_rows_fn encode_rows; /* NULL: encode row by row */
     dec_fn decode;     /* NULL for key-only methods */
     prep_fn prep;
     score_fn score;

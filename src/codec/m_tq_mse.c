@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "codec_internal.h"
+#include "tq_encode.h"
 #include "tq_kernels.h"
 
 static tq_layout layout(const kvq_plan *p) {
@@ -28,6 +29,23 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     int rc = scale_store(p, code, g);
     if (rc) return rc;
     strided_pack(idx, p->d, p->bits, code + scale_bytes(p));
+    return KVQ_OK;
+}
+
+/* Whole batches through the fused AVX-512 encoder; a row it cannot finish
+ * (zero or non-finite norm, scale out of range) goes through enc. */
+static int enc_rows(const kvq_plan *p, const float *x, size_t n, uint8_t *codes) {
+    const size_t d = (size_t)p->d, cb = p->code_bytes;
+    size_t i = 0;
+    while (i < n) {
+        i += tq_encode_rows_avx512(&p->rot, &p->cb, p->d, p->bits, p->o.scale_norm, p->o.scale32, x + i * d, n - i,
+                                   codes + i * cb, cb);
+        if (i < n) {
+            int rc = enc(p, x + i * d, codes + i * cb);
+            if (rc) return rc;
+            i++;
+        }
+    }
     return KVQ_OK;
 }
 
@@ -58,6 +76,7 @@ static int init(kvq_plan *p) {
     p->code_bytes = scale_bytes(p) + (size_t)p->d * p->bits / 8;
     p->qfloats = TQ_QFLOATS(p->d);
     p->encode = enc;
+    if (p->isa >= KVQ_ISA_AVX512 && tq_encode_fused_ok(&p->rot, &p->cb, p->d, p->bits)) p->encode_rows = enc_rows;
     p->decode = dec;
     p->prep = prep;
     p->score = score;

@@ -305,6 +305,7 @@ int kvq_encode(const kvq_plan *p, const void *x, kvq_dtype dtype, size_t n, void
         ok = all_finite_ref(xf, n * (size_t)p->d);
 #endif
         if (!ok) return KVQ_ERR_NONFINITE;
+        if (p->encode_rows) return p->encode_rows(p, xf, n, c);
         for (size_t i = 0; i < n; i++) {
             int rc = p->encode(p, xf + i * (size_t)p->d, c + i * p->code_bytes);
             if (rc) return rc;
