@@ -131,6 +131,7 @@ TV AI void accv_pass(const tq_layout *L, size_t j0, const int QT, const uint8_t 
     const __m512i tab = _mm512_loadu_si512(tb), p16 = _mm512_loadu_si512(PERM16), p8 = _mm512_loadu_si512(PERM8);
     const size_t stride = L->stride, io = L->idx_off, nb = (m + 3) / 4;
     const float cs = L->cb->cscale;
+#pragma GCC unroll 16
     for (int v0 = 0; v0 < NV; v0 += VT) {
         __m512i H[4][8], Lo[4][8];
         for (int j = 0; j < QT; j++)
