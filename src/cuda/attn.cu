@@ -37,6 +37,8 @@ struct kvq_cuda_layer {
     kvqa::LutDesc lut[4];
     int klut[2], vlut[2], lut_bytes;
     int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
+    int pdl;  /* programmatic dependent launches (compute capability >= 9) */
+    int force_ct; /* tiles per chunk forced by the tests (kvq_cuda_layer_force_chunk); 0: the rule */
     void *ws;
     size_t ws_bytes;
 };
@@ -127,7 +129,12 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     }
     int dev = 0;
     L->sms = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount, dev);
+    int major = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) {
+        cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    }
+    L->pdl = major >= 9;
     kvqa::AttnParams q;
     memset(&q, 0, sizeof q);
     q.lut_bytes = L->lut_bytes;
@@ -141,6 +148,16 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
         return rc;
     }
     *out = L;
+    return KVQ_OK;
+}
+
+/* For the tests (not in kvq_cuda.h): forces the tiles per chunk of the main pass, a multiple of
+ * the block's warps, at most 32 (64 for the wide-table kernel) per warp; 0 restores the rule. */
+extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk) {
+    if (!L) return KVQ_ERR_NULL;
+    const int tpw = L->wide ? kvqa::W4_TPW : 32;
+    if (tiles_per_chunk < 0 || tiles_per_chunk % L->nw || tiles_per_chunk > tpw * L->nw) return KVQ_ERR_INVALID_ARG;
+    L->force_ct = tiles_per_chunk;
     return KVQ_OK;
 }
 
@@ -239,6 +256,13 @@ __device__ __forceinline__ void fwht_block(float *y, int c) {
 
 __global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
     __shared__ float y[D];
+#if KVQ_ATTN_PDL
+    /* the main pass (launched as a programmatic dependent) may start now: it builds its
+     * tables and waits (griddepcontrol.wait) before it reads the prepared queries */
+    #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#endif
     const int s = blockIdx.y, hq = blockIdx.x, c = threadIdx.x;
     const size_t row = (size_t)s * pp.HQ + hq;
     const float x = pp.q[row * D + c] * pp.scale2;
@@ -273,6 +297,11 @@ struct MergeParams {
 
 __global__ void __launch_bounds__(256) merge_kernel(MergeParams mp) {
     extern __shared__ float msm[];
+#if KVQ_ATTN_PDL
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the partial states of the previous kernels */
+#endif
+#endif
     const int s = blockIdx.y, hg = blockIdx.x, h = hg / mp.QG, qg = hg - h * mp.QG;
     const int GQ = min(QPB, mp.G - qg * QPB);
     const int NC = mp.nchunk + 1;
@@ -336,6 +365,65 @@ __global__ void __launch_bounds__(256) merge_kernel(MergeParams mp) {
     }
 }
 
+#ifndef KVQ_ATTN_MERGE_Q
+#define KVQ_ATTN_MERGE_Q 1
+#endif
+/* The merge with one block per query head (D threads, one per coordinate; was one block of
+ * 256 threads per group of 8 heads with 4 threads forming the weights: 11.3 us at 16 x 32K,
+ * latency of dependent loads): the chunks' (m, l) in parallel into shared memory, every
+ * thread forms the weights itself (same order of sums), its coordinate's accumulators,
+ * the inverse rotation by fwht_block. */
+__global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
+    extern __shared__ float msm[];
+#if KVQ_ATTN_PDL
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the partial states of the previous kernels */
+#endif
+#endif
+    const int s = blockIdx.y, hq = blockIdx.x, h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
+    const int NC = mp.nchunk + 1, c = threadIdx.x;
+    float *ms = msm, *ls = ms + NC, *y = ls + NC, *yw = y + D;
+    const int len = mp.main_len[s];
+    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
+    const bool win = mp.win_len && mp.win_len[s] > 0;
+    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SF;
+    for (int ch = c; ch < NC; ch += D) {
+        const bool used = ch < nused || (ch == mp.nchunk && win);
+        ms[ch] = used ? base[(size_t)ch * SF + q] : -INFINITY;
+        ls[ch] = used ? base[(size_t)ch * SF + QPB + q] : 0.f;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int ch = 0; ch < NC; ch++) M = fmaxf(M, ms[ch]);
+    float L = 0.f, acc = 0.f, accw = 0.f;
+    for (int ch = 0; ch < NC; ch++) {
+        const float m = ms[ch];
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        if (w != 0.f) L += w * ls[ch];
+    }
+#pragma unroll 4
+    for (int ch = 0; ch < nused; ch++) {
+        const float m = ms[ch];
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        const float v = base[(size_t)ch * SF + 2 * QPB + q * D + c]; /* a used chunk's state is written */
+        if (w != 0.f) acc += w * v;
+    }
+    if (win) {
+        const float m = ms[mp.nchunk];
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        if (w != 0.f) accw = w * base[(size_t)mp.nchunk * SF + 2 * QPB + q * D + c];
+    }
+    y[c] = acc;
+    yw[c] = accw;
+    if (mp.rot) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+        fwht_block(y, c);
+        y[c] *= mp.signs[D + c] * mp.rs;
+        fwht_block(y, c);
+        y[c] *= mp.signs[c] * mp.rs;
+    }
+    mp.out[((size_t)s * mp.HQ + hq) * D + c] = L > 0 ? (y[c] + yw[c]) / L : 0.f;
+}
+
 extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
                                void *stream) {
     if (!L || !b || (b->n_seq > 0 && (!q || !out || !b->main_len))) return KVQ_ERR_NULL;
@@ -351,7 +439,7 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     const int tiles = (b->max_main_len + 15) / 16;
     const long long items = (long long)b->n_seq * L->H * L->QG;
 #ifndef KVQ_ATTN_WAVES
-#define KVQ_ATTN_WAVES 2
+#define KVQ_ATTN_WAVES 2 /* the classic kernels */
 #endif
     const long long target = (long long)KVQ_ATTN_WAVES * L->sms * L->occ;
     long long want = (target + items - 1) / items;
@@ -360,8 +448,31 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     /* at least 4 tiles per warp (amortises the LUT build and the pipeline fill),
      * at most 32 (a lane holds each tile's page) */
     if (ct < 4 * L->nw) ct = 4 * L->nw;
-    if (ct > 32 * L->nw) ct = 32 * L->nw;
+    const int tpw = L->wide ? kvqa::W4_TPW : 32;
+    if (ct > tpw * L->nw) ct = tpw * L->nw;
     ct = ((ct + L->nw - 1) / L->nw) * L->nw;
+#ifndef KVQ_ATTN_W4_CHUNKS
+#define KVQ_ATTN_W4_CHUNKS 1
+#endif
+#if KVQ_ATTN_W4_CHUNKS
+    if (L->wide && tiles > 0) {
+        /* the wide-table kernel: the chunking with the least estimated time, waves x (tiles
+         * per warp + C0), C0 = 8 tiles per warp of fixed cost per block (64 KiB table, pipeline
+         * fill, block merge: fewer, longer blocks were faster, 16 x 32K 183 -> 170 us) */
+        const int C0 = 8, slots = L->sms * L->occ;
+        long long best = -1;
+        const int nmax = tiles / (4 * L->nw) > 1 ? tiles / (4 * L->nw) : 1;
+        for (int n = 1; n <= nmax; n++) {
+            int c = (tiles + n - 1) / n;
+            c = ((c + L->nw - 1) / L->nw) * L->nw;
+            if (c > tpw * L->nw || (n > 1 && c < 4 * L->nw)) continue;
+            const long long blocks = items * ((tiles + c - 1) / c);
+            const long long cost = ((blocks + slots - 1) / slots) * (c / L->nw + C0);
+            if (best < 0 || cost < best) best = cost, ct = c;
+        }
+    }
+#endif
+    if (L->force_ct > 0) ct = L->force_ct;
     const int nchunk = tiles ? (tiles + ct - 1) / ct : 0;
     /* workspace: prepared queries, scaled queries, partial states */
     const size_t nq = (size_t)b->n_seq * L->HQ;
@@ -425,6 +536,7 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     p.kconst = L->k->qjl_k;
     p.lut_bytes = L->lut_bytes;
     p.wide = L->wide;
+    p.pdl = L->pdl;
     if (nchunk > 0) {
         int rc = L->fn(p, 1, st, NULL, NULL, NULL);
         if (rc) return rc;
@@ -450,8 +562,33 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     mp.rot = L->v->rot == 1;
     mp.signs = L->v->signs;
     mp.rs = L->v->rot_s;
+#if KVQ_ATTN_MERGE_Q
+    const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * D) * sizeof(float);
+    auto mk = merge_q_kernel;
+    const dim3 mgrid(L->HQ, b->n_seq), mblock(D);
+#else
     const size_t msm = (size_t)(QPB * (nchunk + 1) + QPB + 2 * QPB * D) * sizeof(float);
-    if (msm > 48 * 1024) KVQ_CU_TRY(cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
-    merge_kernel<<<dim3(L->H * L->QG, b->n_seq), 256, msm, st>>>(mp);
+    auto mk = merge_kernel;
+    const dim3 mgrid(L->H * L->QG, b->n_seq), mblock(256);
+#endif
+    if (msm > 48 * 1024) KVQ_CU_TRY(cudaFuncSetAttribute(mk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
+#if KVQ_ATTN_PDL
+    if (L->pdl) {
+    /* a programmatic dependent launch: its launch overlaps the end of the previous kernel */
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = mgrid;
+    lc.blockDim = mblock;
+    lc.dynamicSmemBytes = msm;
+    lc.stream = st;
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = &at;
+    lc.numAttrs = 1;
+    KVQ_CU_TRY(cudaLaunchKernelEx(&lc, mk, mp));
+    return kvq_cuda_status(cudaGetLastError());
+    }
+#endif
+    mk<<<mgrid, mblock, msm, st>>>(mp);
     return kvq_cuda_status(cudaGetLastError());
 }

@@ -33,6 +33,9 @@
 
 #include "cuda_internal.cuh"
 
+#ifndef KVQ_ATTN_PDL
+#define KVQ_ATTN_PDL 1 /* programmatic dependent launches: prep -> wide-table main pass, -> merge */
+#endif
 #ifndef KVQ_ATTN_WIDE
 #define KVQ_ATTN_WIDE 1 /* the wide-table kernel for tq-mse:4 K and V with one codebook */
 #endif
@@ -68,6 +71,7 @@ struct AttnParams {
     float kconst;         /* QJL sqrt(pi/2)/m */
     int lut_bytes;        /* stage buffers start here */
     int wide;             /* 4-bit K and V sharing one table: the wide-table kernel (attn_kernel_w4) */
+    int pdl;              /* the device takes programmatic dependent launches (sm_90+) */
 };
 
 /* ---- tile addressing ---------------------------------------------------- */
@@ -865,6 +869,16 @@ constexpr int W_OUT = 16 * (2 + D / 2 + 2);  /* per tile outside the table: K sc
 constexpr int W_KC = 32, W_VS = 16 * (2 + D / 2);
 constexpr int W_BYTES = 16 * 2 * (2 + D / 2); /* bytes of a tile */
 constexpr int W_NW = 8, W_STAGES = 4;
+#ifndef KVQ_ATTN_W4_EARLY
+#define KVQ_ATTN_W4_EARLY 0 /* 1: issue the first tiles before the table build (A/B: 1-2% slower) */
+#endif
+#if KVQ_ATTN_W4_EARLY && KVQ_ATTN_BULK
+#error "KVQ_ATTN_W4_EARLY needs the mbarriers initialised first: not with KVQ_ATTN_BULK"
+#endif
+#ifndef KVQ_ATTN_W4_TPW
+#define KVQ_ATTN_W4_TPW 64
+#endif
+constexpr int W4_TPW = KVQ_ATTN_W4_TPW; /* most tiles per warp of a chunk (32 per page register) */
 static_assert(W_NW * W_STAGES * 8 <= 256, "V code slots: 8 half rows each");
 
 #ifndef KVQ_ATTN_W4_FAST
@@ -918,29 +932,40 @@ __global__ void __launch_bounds__(W_NW * 32, 2) attn_kernel_w4(const AttnParams 
     const int t_begin = chunk * p.chunk_tiles, t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
     if (t_begin >= t_end) return;
 
-    {   /* the wide table: 16-byte stores of 4 lanes' copies */
-        const float *c = p.lut[0].c;
-        for (int e = threadIdx.x; e < 256 * 8; e += NW * 32) {
-            const int byte = e >> 3;
-            const uint32_t v = pack2(c[byte & 15], c[byte >> 4]);
-            *(uint4 *)(smem + byte * WROW + (e & 7) * 16) = make_uint4(v, v, v, v);
-        }
-    }
     uint32_t qa[D / 16][2];
-    {
-        const int qi = h * p.G + qgrp * QPB + g;
-        const bool has = g < GQ;
-        const float *q = p.qprep + ((size_t)s * p.HQ + qi) * p.qf;
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++)
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int reg = 2 * ks + j;
-                const float lo = has ? q[kcoord4(qq, reg, 0)] : 0.f;
-                const float hi = has ? q[kcoord4(qq, reg, 1)] : 0.f;
-                qa[ks][j] = pack2(lo, hi);
+    /* the table, the prepared queries (after the prep kernel) */
+    auto setup = [&]() {
+        {   /* the wide table: 16-byte stores of 4 lanes' copies */
+            const float *c = p.lut[0].c;
+            for (int e = threadIdx.x; e < 256 * 8; e += NW * 32) {
+                const int byte = e >> 3;
+                const uint32_t v = pack2(c[byte & 15], c[byte >> 4]);
+                *(uint4 *)(smem + byte * WROW + (e & 7) * 16) = make_uint4(v, v, v, v);
             }
-    }
+        }
+#if KVQ_ATTN_PDL
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory"); /* the prepared queries (prep kernel) */
+#endif
+#endif
+        {
+            const int qi = h * p.G + qgrp * QPB + g;
+            const bool has = g < GQ;
+            const float *q = p.qprep + ((size_t)s * p.HQ + qi) * p.qf;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int reg = 2 * ks + j;
+                    const float lo = has ? q[kcoord4(qq, reg, 0)] : 0.f;
+                    const float hi = has ? q[kcoord4(qq, reg, 1)] : 0.f;
+                    qa[ks][j] = pack2(lo, hi);
+                }
+        }
+    };
+#if !KVQ_ATTN_W4_EARLY
+    setup();
+#endif
     uint8_t *outs = smem + WLUT + warp * STAGES * W_OUT;      /* this warp's K codes and scales */
     const uint32_t holes = 128u + (uint32_t)(warp * STAGES * 8) * WROW; /* its V code slots (offsets) */
 #if KVQ_ATTN_BULK
@@ -951,16 +976,25 @@ __global__ void __launch_bounds__(W_NW * 32, 2) attn_kernel_w4(const AttnParams 
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
 #endif
+#if !KVQ_ATTN_W4_EARLY
     __syncthreads(); /* table and barriers ready */
+#endif
 
     const int my_n = t_end - t_begin > warp ? (t_end - t_begin - warp + NW - 1) / NW : 0;
     /* per lane: the page base (pages + page * page_bytes) and first slot of one of the warp's tiles */
-    const uint8_t *my_page = p.pages;
-    int my_slot = 0;
+    /* (W4_TPW / 32 tiles per lane: tile i is held by lane i % 32, in register i / 32) */
+    static_assert(W4_TPW == 32 || W4_TPW == 64, "tiles per warp");
+    const uint8_t *my_page0 = p.pages, *my_page1 = p.pages;
+    int my_slot0 = 0, my_slot1 = 0;
     if (lane < my_n) {
         const int pos = (t_begin + warp + lane * NW) * 16, pi = pos / p.P;
-        my_page = p.pages + (unsigned long long)p.block_table[(size_t)s * p.max_pages + pi] * p.page_bytes;
-        my_slot = pos - pi * p.P;
+        my_page0 = p.pages + (unsigned long long)p.block_table[(size_t)s * p.max_pages + pi] * p.page_bytes;
+        my_slot0 = pos - pi * p.P;
+    }
+    if (W4_TPW > 32 && lane + 32 < my_n) {
+        const int pos = (t_begin + warp + (lane + 32) * NW) * 16, pi = pos / p.P;
+        my_page1 = p.pages + (unsigned long long)p.block_table[(size_t)s * p.max_pages + pi] * p.page_bytes;
+        my_slot1 = pos - pi * p.P;
     }
     const uint32_t kfield = (uint32_t)(h * p.krun), vfield = (uint32_t)(p.kv_off_v + h * p.vrun);
 #if KVQ_ATTN_BULK
@@ -973,8 +1007,11 @@ __global__ void __launch_bounds__(W_NW * 32, 2) attn_kernel_w4(const AttnParams 
     auto issue = [&](int i) {
         if (i < my_n) {
             const int st = i % STAGES;
-            const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)my_page, i & 31);
-            const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);
+            const bool hi = W4_TPW > 32 && i >= 32;
+            const uint8_t *mp0 = hi ? my_page1 : my_page0;
+            const int ms0 = hi ? my_slot1 : my_slot0;
+            const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)mp0, i & 31);
+            const int slot0 = __shfl_sync(KVQ_FULL_MASK, ms0, i & 31);
             const uint32_t bar = bar0 + 8 * st;
             const uint8_t *vc = pg + (vsrc + slot0 * (D / 2));
             const uint32_t d = dv + st * (8 * WROW);
@@ -1002,8 +1039,11 @@ __global__ void __launch_bounds__(W_NW * 32, 2) attn_kernel_w4(const AttnParams 
     auto issue = [&](int i) {
         if (i < my_n) {
             const int st = i % STAGES;
-            const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)my_page, i & 31);
-            const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);
+            const bool hi = W4_TPW > 32 && i >= 32;
+            const uint8_t *mp0 = hi ? my_page1 : my_page0;
+            const int ms0 = hi ? my_slot1 : my_slot0;
+            const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)mp0, i & 31);
+            const int slot0 = __shfl_sync(KVQ_FULL_MASK, ms0, i & 31);
             const uint8_t *kc = pg + (ksrc + slot0 * (D / 2)), *vc = pg + (vsrc + slot0 * (D / 2));
             const uint32_t ok = st * W_OUT, ov = st * (8 * WROW);
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok), "l"(kc) : "memory");
@@ -1042,6 +1082,11 @@ __global__ void __launch_bounds__(W_NW * 32, 2) attn_kernel_w4(const AttnParams 
 
 #pragma unroll 1
     for (int i = 0; i < STAGES - 1; i++) issue(i);
+#if KVQ_ATTN_W4_EARLY
+    /* the first tiles' copies are in flight while the table is built */
+    setup();
+    __syncthreads();
+#endif
 #pragma unroll 1
     for (int i = 0; i < my_n; i++) {
         const int st = i % STAGES;
@@ -1220,6 +1265,23 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
                 return KVQ_OK;
             }
             dim3 grid(p.nchunk, p.H * p.QG, p.n_seq);
+#if KVQ_ATTN_PDL
+            if (p.pdl) {
+            /* a programmatic dependent of the prep kernel: the table build overlaps it */
+            cudaLaunchConfig_t lc = {};
+            lc.gridDim = grid;
+            lc.blockDim = dim3(W_NW * 32);
+            lc.dynamicSmemBytes = smem;
+            lc.stream = st;
+            cudaLaunchAttribute at = {};
+            at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at.val.programmaticStreamSerializationAllowed = 1;
+            lc.attrs = &at;
+            lc.numAttrs = 1;
+            KVQ_CU_TRY(cudaLaunchKernelEx(&lc, k, p));
+            return kvq_cuda_status(cudaGetLastError());
+            }
+#endif
             k<<<grid, W_NW * 32, smem, st>>>(p);
             return kvq_cuda_status(cudaGetLastError());
         }

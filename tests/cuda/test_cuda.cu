@@ -483,7 +483,10 @@ struct AttnCase {
     const char *k, *v;
     int H, HQ, P, W;
     std::vector<int> main_len, win_len;
+    int force_ct = 0; /* tiles per chunk (kvq_cuda_layer_force_chunk), 0: the library's rule */
 };
+/* internal (attn.cu), for the tests */
+extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
 
 /* record t of head h from field-major pages */
 static void get_record(const std::vector<uint8_t> &pages, const kvq_layout &L, size_t page_bytes, size_t kv_off,
@@ -506,6 +509,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
     kvq_cuda_layer *layer;
     OK(kvq_cuda_layer_create(&layer, &cfg));
+    if (tc.force_ct) OK(kvq_cuda_layer_force_chunk(layer, tc.force_ct));
     const size_t page_bytes = kvq_cuda_layer_page_bytes(layer);
     const size_t kb = kvq_plan_code_bytes(kp), vb = kvq_plan_code_bytes(vp);
     /* pages: every sequence's pages, shuffled in the pool */
@@ -779,6 +783,12 @@ static void test_attention(bool quick) {
         AttnCase bigf = {"f16", "f16", 8, 32, 256, 0, {20000}, {}};
         run_attn_case(bigf, seed++, true);
     }
+    /* chunks of 64 tiles per warp (the wide-table kernel's second page register), and of 32
+     * for a classic kernel, forced: the rule picks them only for large batches */
+    AttnCase c64 = {"tq-mse:4", "tq-mse:4", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512};
+    run_attn_case(c64, 9001, true);
+    AttnCase c32 = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 4100}, {}, 256};
+    run_attn_case(c32, 9002, true);
 }
 
 int main(int argc, char **argv) {
