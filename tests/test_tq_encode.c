@@ -1,7 +1,10 @@
 /* The fused AVX-512 tq encoder picks, for every coordinate, the nearest
  * centroid of the rotated, normalised vector (up to ties within 1e-4 of a
  * boundary, where float rounding order decides), for every specialised shape,
- * both quantization strategies (guess-and-correct, binary search). */
+ * both quantization strategies (guess-and-correct, binary search); its row
+ * blocks give every row the single-row bytes; batches through kvq_encode
+ * (zero rows, scale overflow) and f16/bf16 input (the codes of the same
+ * values as f32, scalar and SIMD conversion) agree with row-by-row codes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,12 +123,57 @@ static void check_batch(const char *spec, tu_rng *r) {
     kvq_plan_free(p);
 }
 
+/* f16/bf16 input (converted in chunks of rows, SIMD where d % 16 == 0): the
+ * codes of the same values given as f32; a non-finite row stops the batch
+ * with the rows before it written. */
+static void check_half(const char *spec, int d, kvq_dtype dt, int scalar, tu_rng *r) {
+    enum { N = 77 };
+    kvq_plan *p = NULL, *q = NULL;
+    CHECK_OK(kvq_plan_create(&q, spec, d, 11, NULL, 0));
+    if (!q) return;
+    if (scalar) {
+        CHECK_OK(kvq_plan_clone_isa(&p, q, KVQ_ISA_SCALAR));
+        kvq_plan_free(q);
+        if (!p) return;
+    } else
+        p = q;
+    size_t cb = kvq_plan_code_bytes(p);
+    uint16_t *h = malloc(N * (size_t)d * sizeof *h);
+    float *x = malloc(N * (size_t)d * sizeof *x);
+    uint8_t *got = malloc(N * cb), *want = malloc(N * cb);
+    for (size_t i = 0; i < N * (size_t)d; i++) {
+        float v = (float)tu_gauss(r) * (i % 97 == 0 ? 1e-6f : 1.0f); /* some f16 subnormals */
+        h[i] = dt == KVQ_DTYPE_F16 ? kvq_f32_to_f16(v) : kvq_f32_to_bf16(v);
+        x[i] = dt == KVQ_DTYPE_F16 ? kvq_f16_to_f32(h[i]) : kvq_bf16_to_f32(h[i]);
+    }
+    CHECK_OK(kvq_encode(p, x, KVQ_DTYPE_F32, N, want));
+    CHECK_OK(kvq_encode(p, h, dt, N, got));
+    CHECK(!memcmp(got, want, N * cb), "%s d=%d dtype=%d: half input codes differ from f32 codes", spec, d, (int)dt);
+    h[(size_t)45 * d + 3] = dt == KVQ_DTYPE_F16 ? 0x7c00 : 0x7f80; /* +Inf in row 45 */
+    memset(got, 0, N * cb);
+    CHECK(kvq_encode(p, h, dt, N, got) == KVQ_ERR_NONFINITE, "%s: Inf row", spec);
+    CHECK(!memcmp(got, want, 45 * cb), "%s d=%d: rows before the Inf row", spec, d);
+    free(h);
+    free(x);
+    free(got);
+    free(want);
+    kvq_plan_free(p);
+}
+
 int main(void) {
+    tu_rng r = {123};
+    static const char *hspecs[] = {"tq-mse:4", "tq-mse:3+scale32", "tq-mse:2", "q8", "polar", "f16", "rvq:2"};
+    static const int hdims[] = {128, 64, 96, 40};
+    for (size_t i = 0; i < sizeof hspecs / sizeof *hspecs; i++)
+        for (size_t j = 0; j < sizeof hdims / sizeof *hdims; j++)
+            for (int sc = 0; sc < 2; sc++) {
+                check_half(hspecs[i], hdims[j], KVQ_DTYPE_F16, sc, &r);
+                check_half(hspecs[i], hdims[j], KVQ_DTYPE_BF16, sc, &r);
+            }
     if (kvq_cpu_isa() < KVQ_ISA_AVX512) {
         printf("no AVX-512 on this CPU: the fused encoder is not used\n");
         return tu_finish("test_tq_encode");
     }
-    tu_rng r = {123};
     static const int shapes[][2] = {{128, 4}, {128, 3}, {128, 2}, {128, 1}, {64, 4}, {64, 2}, {256, 4}, {256, 3}, {256, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int g = 0; g < 2; g++) {

@@ -290,11 +290,38 @@ KVQ_TARGET_AVX512 static int all_finite_avx512(const float *x, size_t n) {
 }
 #endif
 
+/* f16/bf16 rows r0..r0+m to f32 (exact conversions, as load_row), stopping at
+ * the first row holding Inf/NaN: returns the number of leading good rows. */
+static size_t load_rows_ref(const void *x, kvq_dtype dt, size_t r0, size_t m, int d, float *out) {
+    for (size_t r = 0; r < m; r++)
+        if (load_row(x, dt, r0 + r, d, out + r * (size_t)d)) return r;
+    return m;
+}
+
+#if KVQ_X86
+KVQ_TARGET_AVX512 static size_t load_rows_avx512(const void *x, kvq_dtype dt, size_t r0, size_t m, int d, float *out) {
+    if (d % 16) return load_rows_ref(x, dt, r0, m, d, out);
+    const uint16_t *s = (const uint16_t *)x + r0 * (size_t)d;
+    const __m256i e = _mm256_set1_epi16((short)(dt == KVQ_DTYPE_F16 ? 0x7c00 : 0x7f80));
+    for (size_t r = 0; r < m; r++, s += d, out += d) {
+        __mmask16 bad = 0;
+        for (int c = 0; c < d; c += 16) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(s + c));
+            bad |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, e), e);
+            _mm512_storeu_ps(out + c, dt == KVQ_DTYPE_F16 ? _mm512_cvtph_ps(h)
+                                                          : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+        }
+        if (bad) return r;
+    }
+    return m;
+}
+#endif
+
 int kvq_encode(const kvq_plan *p, const void *x, kvq_dtype dtype, size_t n, void *codes) {
     if (!p || (!x && n) || (!codes && n)) return KVQ_ERR_NULL;
     if (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16 && dtype != KVQ_DTYPE_BF16) return KVQ_ERR_INVALID_ARG;
     if (mul_overflows(n, (size_t)p->d * 4) || mul_overflows(n, p->code_bytes)) return KVQ_ERR_OVERFLOW;
-    float row[KVQ_DIM_MAX];
+    float rows[8 * KVQ_DIM_MAX];
     uint8_t *c = codes;
     if (dtype == KVQ_DTYPE_F32) { /* whole batch checked first: a bad row writes no codes */
         const float *xf = x;
@@ -312,11 +339,26 @@ int kvq_encode(const kvq_plan *p, const void *x, kvq_dtype dtype, size_t n, void
         }
         return KVQ_OK;
     }
-    for (size_t i = 0; i < n; i++) {
-        int rc = load_row(x, dtype, i, p->d, row);
-        if (rc) return rc;
-        rc = p->encode(p, row, c + i * p->code_bytes);
-        if (rc) return rc;
+    /* f16/bf16: chunks of rows converted to f32, then encoded (rows before a
+     * non-finite row are written) */
+    const size_t chunk = 8 * (size_t)KVQ_DIM_MAX / (size_t)p->d;
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk, good;
+#if KVQ_X86
+        good = p->isa >= KVQ_ISA_AVX512 ? load_rows_avx512(x, dtype, i, m, p->d, rows) : load_rows_ref(x, dtype, i, m, p->d, rows);
+#else
+        good = load_rows_ref(x, dtype, i, m, p->d, rows);
+#endif
+        uint8_t *ci = c + i * p->code_bytes;
+        if (p->encode_rows && good) {
+            int rc = p->encode_rows(p, rows, good, ci);
+            if (rc) return rc;
+        } else
+            for (size_t r = 0; r < good; r++) {
+                int rc = p->encode(p, rows + r * (size_t)p->d, ci + r * p->code_bytes);
+                if (rc) return rc;
+            }
+        if (good < m) return KVQ_ERR_NONFINITE;
     }
     return KVQ_OK;
 }
