@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
 #if KVQ_ATTN_PDL
     /* the main pass (launched as a programmatic dependent) may start now: it builds its
      * tables and waits (griddepcontrol.wait) before it reads the prepared queries */
-    #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 #endif
@@ -282,6 +282,74 @@ __global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
         const float *Sr = pp.S + (size_t)c * D;
         for (int j = 0; j < D; j++) acc = fmaf(Sr[j], y[j], acc);
         pp.qprep[row * 2 * D + D + c] = acc;
+    }
+}
+
+#ifndef KVQ_ATTN_WARP_FWHT
+#define KVQ_ATTN_WARP_FWHT 0 /* 1: prep and merge with one warp per query row (A/B: within noise to 2% slower) */
+#endif
+/* In-place Walsh-Hadamard transform of D = 128 values held by one warp, lane l holding
+ * 4l .. 4l + 3: the butterflies (a + b, a - b) of fwht_block in the same order. */
+__device__ __forceinline__ void fwht_warp(float v[4], int lane) {
+    {
+        const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
+        v[0] = a0 + b0, v[1] = a0 - b0, v[2] = a1 + b1, v[3] = a1 - b1;
+    }
+    {
+        const float a0 = v[0], b0 = v[2], a1 = v[1], b1 = v[3];
+        v[0] = a0 + b0, v[2] = a0 - b0, v[1] = a1 + b1, v[3] = a1 - b1;
+    }
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) { /* h = 4m: partner lane l ^ m */
+        const bool hi = lane & m;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float o = __shfl_xor_sync(KVQ_FULL_MASK, v[j], m);
+            v[j] = hi ? o - v[j] : v[j] + o;
+        }
+    }
+}
+
+/* prep with one warp per query row (4 rows per block; was a block of D threads and 28
+ * block barriers per row) */
+__global__ void __launch_bounds__(128) prep_warp_kernel(PrepParams pp) {
+    __shared__ float ys[4][D];
+#if KVQ_ATTN_PDL
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#endif
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int s = blockIdx.y, hq = blockIdx.x * 4 + warp;
+    if (hq >= pp.HQ) return;
+    const size_t row = (size_t)s * pp.HQ + hq;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int c = 4 * lane + j;
+        const float x = pp.q[row * D + c] * pp.scale2;
+        pp.qraw[row * D + c] = x;
+        v[j] = pp.rot ? x * pp.signs[c] * pp.rs : x;
+    }
+    if (pp.rot) {
+        fwht_warp(v, lane);
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] *= pp.signs[D + 4 * lane + j] * pp.rs;
+        fwht_warp(v, lane);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) pp.qprep[row * 2 * D + 4 * lane + j] = v[j];
+    if (pp.qjl) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) ys[warp][4 * lane + j] = v[j];
+        __syncwarp();
+        for (int j = 0; j < 4; j++) {
+            const int c = 4 * lane + j;
+            float acc = 0;
+            const float *Sr = pp.S + (size_t)c * D;
+            for (int k = 0; k < D; k++) acc = fmaf(Sr[k], ys[warp][k], acc);
+            pp.qprep[row * 2 * D + D + c] = acc;
+        }
     }
 }
 
@@ -424,6 +492,72 @@ __global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
     mp.out[((size_t)s * mp.HQ + hq) * D + c] = L > 0 ? (y[c] + yw[c]) / L : 0.f;
 }
 
+/* The merge with one warp per query head (4 heads per block, lane l: coordinates 4l .. 4l + 3),
+ * as merge_q_kernel without block barriers: the inverse rotation by fwht_warp. */
+__global__ void __launch_bounds__(128) merge_w_kernel(MergeParams mp) {
+    extern __shared__ float msm[];
+#if KVQ_ATTN_PDL
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the partial states of the previous kernels */
+#endif
+#endif
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int s = blockIdx.y, hq = blockIdx.x * 4 + warp;
+    if (hq >= mp.HQ) return;
+    const int h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
+    const int NC = mp.nchunk + 1;
+    float *ms = msm + (size_t)warp * 2 * NC, *ls = ms + NC;
+    const int len = mp.main_len[s];
+    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
+    const bool win = mp.win_len && mp.win_len[s] > 0;
+    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SF;
+    for (int ch = lane; ch < NC; ch += 32) {
+        const bool used = ch < nused || (ch == mp.nchunk && win);
+        ms[ch] = used ? base[(size_t)ch * SF + q] : -INFINITY;
+        ls[ch] = used ? base[(size_t)ch * SF + QPB + q] : 0.f;
+    }
+    __syncwarp();
+    float M = -INFINITY;
+    for (int ch = 0; ch < NC; ch++) M = fmaxf(M, ms[ch]);
+    float L = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f}, accw[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int ch = 0; ch < NC; ch++) {
+        const float m = ms[ch];
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        if (w != 0.f) L += w * ls[ch];
+    }
+    const float *pa = base + 2 * QPB + q * D + 4 * lane;
+    /* 8 chunks' loads in flight (the accumulation stays in chunk order) */
+#pragma unroll 8
+    for (int ch = 0; ch < nused; ch++) {
+        const float m = ms[ch];
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        /* a used chunk's state is written; 16-byte aligned (SF, 2 QPB, D multiples of 4 floats) */
+        const float4 f = *(const float4 *)(pa + (size_t)ch * SF);
+        const float v[4] = {f.x, f.y, f.z, f.w};
+        if (w != 0.f)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[j] += w * v[j];
+    }
+    if (win) {
+        const float m = ms[mp.nchunk];
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        if (w != 0.f)
+#pragma unroll
+            for (int j = 0; j < 4; j++) accw[j] = w * pa[(size_t)mp.nchunk * SF + j];
+    }
+    if (mp.rot) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+        fwht_warp(acc, lane);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[j] *= mp.signs[D + 4 * lane + j] * mp.rs;
+        fwht_warp(acc, lane);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[j] *= mp.signs[4 * lane + j] * mp.rs;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        mp.out[((size_t)s * mp.HQ + hq) * D + 4 * lane + j] = L > 0 ? (acc[j] + accw[j]) / L : 0.f;
+}
+
 extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
                                void *stream) {
     if (!L || !b || (b->n_seq > 0 && (!q || !out || !b->main_len))) return KVQ_ERR_NULL;
@@ -499,7 +633,11 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     pp.signs = L->k->signs;
     pp.S = L->k->S;
     pp.rs = L->k->rot_s;
+#if KVQ_ATTN_WARP_FWHT
+    prep_warp_kernel<<<dim3((L->HQ + 3) / 4, b->n_seq), 128, 0, st>>>(pp);
+#else
     prep_kernel<<<dim3(L->HQ, b->n_seq), D, 0, st>>>(pp);
+#endif
     KVQ_CU_TRY(cudaGetLastError());
 
     kvqa::AttnParams p;
@@ -562,7 +700,11 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     mp.rot = L->v->rot == 1;
     mp.signs = L->v->signs;
     mp.rs = L->v->rot_s;
-#if KVQ_ATTN_MERGE_Q
+#if KVQ_ATTN_WARP_FWHT
+    const size_t msm = (size_t)4 * 2 * (nchunk + 1) * sizeof(float);
+    auto mk = merge_w_kernel;
+    const dim3 mgrid((L->HQ + 3) / 4, b->n_seq), mblock(128);
+#elif KVQ_ATTN_MERGE_Q
     const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * D) * sizeof(float);
     auto mk = merge_q_kernel;
     const dim3 mgrid(L->HQ, b->n_seq), mblock(D);
