@@ -173,6 +173,8 @@ const kvq_method *kvq_method_find(const char *name);
 /* Stores a positive scale in 2 bytes (f16) or 4 (f32) at dst; KVQ_ERR_RANGE
  * if it does not fit f16. */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s);
+/* Per-channel mean and variance of calibration rows (m_center.c). */
+int calib_moments(const float *calib, size_t n_calib, int d, double *mean, double *var);
 static inline size_t scale_bytes(const kvq_plan *p) { return p->o.scale32 ? 4 : 2; }
 float scale_load(const kvq_plan *p, const uint8_t *src);
 

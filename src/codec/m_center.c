@@ -88,11 +88,9 @@ int center_unrotate(const kvq_plan *p, const float *acc, float *out) {
     return KVQ_OK;
 }
 
-/* mean (mu[0..d)) and channel scales (mu[2d..3d), their inverses at 3d) of
- * the calibration rows */
-static int calibrate(kvq_plan *p, const float *calib, size_t n_calib) {
-    const int d = p->d;
-    double var[KVQ_DIM_MAX], tot = 0;
+/* Per-channel mean and variance of n_calib rows (two passes, double);
+ * KVQ_ERR_NONFINITE on NaN/Inf. Shared with +outliers. */
+int calib_moments(const float *calib, size_t n_calib, int d, double *mean, double *var) {
     for (int c = 0; c < d; c++) {
         double s = 0, s2 = 0;
         for (size_t i = 0; i < n_calib; i++) {
@@ -100,13 +98,25 @@ static int calibrate(kvq_plan *p, const float *calib, size_t n_calib) {
             if (!isfinite(v)) return KVQ_ERR_NONFINITE;
             s += v;
         }
-        const double m = s / (double)n_calib;
+        mean[c] = s / (double)n_calib;
         for (size_t i = 0; i < n_calib; i++) {
-            double v = calib[i * (size_t)d + c] - m;
+            double v = calib[i * (size_t)d + c] - mean[c];
             s2 += v * v;
         }
-        p->mu[c] = (float)m;
         var[c] = s2 / (double)n_calib;
+    }
+    return KVQ_OK;
+}
+
+/* mean (mu[0..d)) and channel scales (mu[2d..3d), their inverses at 3d) of
+ * the calibration rows */
+static int calibrate(kvq_plan *p, const float *calib, size_t n_calib) {
+    const int d = p->d;
+    double mean[KVQ_DIM_MAX], var[KVQ_DIM_MAX], tot = 0;
+    int rc = calib_moments(calib, n_calib, d, mean, var);
+    if (rc) return rc;
+    for (int c = 0; c < d; c++) {
+        p->mu[c] = (float)mean[c];
         tot += var[c];
     }
     const double rms = sqrt(tot / d); /* RMS over channels of sigma_c */

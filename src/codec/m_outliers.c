@@ -452,18 +452,9 @@ int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_c
         memcpy(p->ch_out, channels, (size_t)K * sizeof(int));
     } else {
         if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
-        double var[KVQ_DIM_MAX];
-        for (int c = 0; c < d; c++) {
-            double s = 0, s2 = 0;
-            for (size_t i = 0; i < n_calib; i++) {
-                double v = calib[i * (size_t)d + c];
-                if (!isfinite(v)) return KVQ_ERR_NONFINITE;
-                s += v;
-                s2 += v * v;
-            }
-            double mean = s / n_calib;
-            var[c] = s2 / n_calib - mean * mean;
-        }
+        double mean[KVQ_DIM_MAX], var[KVQ_DIM_MAX];
+        int rc = calib_moments(calib, n_calib, d, mean, var);
+        if (rc) return rc;
         for (int k = 0; k < K; k++) { /* K largest, ties to the lower channel */
             int best = -1;
             for (int c = 0; c < d; c++) {
