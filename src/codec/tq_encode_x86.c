@@ -55,6 +55,45 @@ KVQ_TARGET_AVX512 static inline AI __m512 bcast_lane(__m128 v, int j) {
     return _mm512_broadcastss_ps(_mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(v), 4 * j)));
 }
 
+/* Strided packing of the indices id[0..d/16) (16 coordinates per register):
+ * byte i of a w-bit block of S bytes holds coords i + k*S, k < 8/w. */
+KVQ_TARGET_AVX512 static inline AI void pack_idx(const __m512i *id, const int d, const int b, uint8_t *out) {
+    const int ng = d / 16;
+    if (b == 4 && ng % 8 == 0) {
+        /* 4 bits: byte i = idx[i] | idx[i + d/2] << 4. Saturating packs (in
+         * 128-bit lanes) leave lane L of register m at bytes 16L + 4m..: one
+         * dword permute restores the order. */
+        const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+#pragma GCC unroll 4
+        for (int q = 0; q < ng / 8; q++) {
+            const __m512i *lo = id + 4 * q, *hi = id + ng / 2 + 4 * q;
+            __m512i l = _mm512_packus_epi16(_mm512_packus_epi32(lo[0], lo[1]), _mm512_packus_epi32(lo[2], lo[3]));
+            __m512i h = _mm512_packus_epi16(_mm512_packus_epi32(hi[0], hi[1]), _mm512_packus_epi32(hi[2], hi[3]));
+            /* bytes are < 16: the 16-bit shift moves nothing across bytes */
+            __m512i byte = _mm512_or_si512(l, _mm512_slli_epi16(h, 4));
+            _mm512_storeu_si512(out + 64 * q, _mm512_permutexvar_epi32(perm, byte));
+        }
+        return;
+    }
+    int shift = 0;
+    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
+        const int w = SUBW[b][f], S = d * w / 8, per = 8 / w;
+        const __m512i mask = _mm512_set1_epi32((1 << w) - 1);
+#pragma GCC unroll 16
+        for (int j0 = 0; j0 < S; j0 += 16) {
+            __m512i byte = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < per; k++) {
+                __m512i f16 = _mm512_and_si512(_mm512_srli_epi32(id[(j0 + k * S) / 16], (unsigned)shift), mask);
+                byte = _mm512_or_si512(byte, _mm512_slli_epi32(f16, (unsigned)(k * w)));
+            }
+            _mm_storeu_si128((__m128i *)(out + j0), _mm512_cvtepi32_epi8(byte));
+        }
+        out += S;
+        shift += w;
+    }
+}
+
 /*
  * Encodes the NV rows x + j * xs (j < NV): packed indices to pk + j * ps,
  * scales in lanes 0..NV-1 of the result; *bad gets bit j when row j's norm
@@ -132,7 +171,6 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
            ((1u << NV) - 1);
 
     const __m512 tb = _mm512_loadu_ps(cb->t), cv = _mm512_loadu_ps(cb->c);
-    __m512i id[4][KVQ_DIM_MAX / 16];
     __m512 yc[4], cc[4];
     /* guess-and-correct (cb->guess_ok: the guess is off by at most one):
      * g = clamp(floor(x ga + gb)); g += x > t[g]; g -= x <= t[g-1] */
@@ -143,10 +181,13 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
     const __m512 tdown = _mm512_mask_mov_ps(
         _mm512_permutexvar_ps(_mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), one), tb),
         1, _mm512_set1_ps(-INFINITY));
+    /* one vector at a time: quantize, the pair products of <y, c> and <c, c>
+     * (summed as the same trees as the norm), pack; few registers live */
 #pragma GCC unroll 4
     for (int j = 0; j < NV; j++) {
         const __m512 s = bcast_lane(s4, j);
-        __m512 py[KVQ_DIM_MAX / 16], pc[KVQ_DIM_MAX / 16];
+        __m512i id[KVQ_DIM_MAX / 16];
+        __m512 a[KVQ_DIM_MAX / 32], e[KVQ_DIM_MAX / 32], cprev = _mm512_setzero_ps();
 #pragma GCC unroll 32
         for (int g = 0; g < ng; g++) {
             __m512 xq = _mm512_mul_ps(v[j][g], s);
@@ -166,19 +207,16 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
                     k = _mm512_mask_add_epi32(k, gt, k, _mm512_set1_epi32(step));
                 }
             const __m512 cval = _mm512_permutexvar_ps(k, cv);
-            py[g] = v[j][g];
-            pc[g] = cval;
-            id[j][g] = k;
-        }
-        /* <y, c> and <c, c>: pairwise products, then trees */
-        __m512 a[KVQ_DIM_MAX / 32], e[KVQ_DIM_MAX / 32];
-#pragma GCC unroll 16
-        for (int k = 0; k < ng / 2; k++) {
-            a[k] = _mm512_fmadd_ps(py[2 * k + 1], pc[2 * k + 1], _mm512_mul_ps(py[2 * k], pc[2 * k]));
-            e[k] = _mm512_fmadd_ps(pc[2 * k + 1], pc[2 * k + 1], _mm512_mul_ps(pc[2 * k], pc[2 * k]));
+            if (g & 1) {
+                a[g / 2] = _mm512_fmadd_ps(v[j][g], cval, _mm512_mul_ps(v[j][g - 1], cprev));
+                e[g / 2] = _mm512_fmadd_ps(cval, cval, _mm512_mul_ps(cprev, cprev));
+            }
+            cprev = cval;
+            id[g] = k;
         }
         yc[j] = tree_sum(a, ng / 2);
         cc[j] = tree_sum(e, ng / 2);
+        pack_idx(id, d, b, pk + j * ps);
     }
     for (int j = NV; j < 4; j++) yc[j] = yc[0], cc[j] = cc[0];
     const __m128 fyc = hsum4_512(yc[0], yc[1], yc[2], yc[3]), fcc = hsum4_512(cc[0], cc[1], cc[2], cc[3]);
@@ -186,45 +224,6 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
     __m128 scale = snorm;
     if (!scale_norm) /* fcc == 0: the norm scale */
         scale = _mm_mask_blend_ps(_mm_cmp_ps_mask(fcc, _mm_setzero_ps(), _CMP_EQ_OQ), _mm_div_ps(fyc, fcc), snorm);
-
-    /* strided packing: byte j of a w-bit block holds coords j + k*S, k < 8/w */
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; j++) {
-        uint8_t *out = pk + j * ps;
-        if (b == 4 && ng % 8 == 0) {
-            /* 4 bits: byte i = idx[i] | idx[i + d/2] << 4. Saturating packs
-             * (in 128-bit lanes) leave lane L of register m at bytes
-             * 16L + 4m..: one dword permute restores the order. */
-            const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-#pragma GCC unroll 4
-            for (int q = 0; q < ng / 8; q++) {
-                const __m512i *lo = &id[j][4 * q], *hi = &id[j][ng / 2 + 4 * q];
-                __m512i l = _mm512_packus_epi16(_mm512_packus_epi32(lo[0], lo[1]), _mm512_packus_epi32(lo[2], lo[3]));
-                __m512i h = _mm512_packus_epi16(_mm512_packus_epi32(hi[0], hi[1]), _mm512_packus_epi32(hi[2], hi[3]));
-                /* bytes are < 16: the 16-bit shift moves nothing across bytes */
-                __m512i byte = _mm512_or_si512(l, _mm512_slli_epi16(h, 4));
-                _mm512_storeu_si512(out + 64 * q, _mm512_permutexvar_epi32(perm, byte));
-            }
-            continue;
-        }
-        int shift = 0;
-        for (int f = 0; f < 3 && SUBW[b][f]; f++) {
-            const int w = SUBW[b][f], S = d * w / 8, per = 8 / w;
-            const __m512i mask = _mm512_set1_epi32((1 << w) - 1);
-#pragma GCC unroll 16
-            for (int j0 = 0; j0 < S; j0 += 16) {
-                __m512i byte = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                for (int k = 0; k < per; k++) {
-                    __m512i f16 = _mm512_and_si512(_mm512_srli_epi32(id[j][(j0 + k * S) / 16], (unsigned)shift), mask);
-                    byte = _mm512_or_si512(byte, _mm512_slli_epi32(f16, (unsigned)(k * w)));
-                }
-                _mm_storeu_si128((__m128i *)(out + j0), _mm512_cvtepi32_epi8(byte));
-            }
-            out += S;
-            shift += w;
-        }
-    }
     return scale;
 }
 
