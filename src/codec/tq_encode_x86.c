@@ -45,7 +45,9 @@ int tq_encode_fused_ok(const kvq_rotation *rot, const kvq_codebook *cb, int d, i
 
 /* Sum of the ng vectors a[0..ng) as a fixed pairwise tree (a is clobbered). */
 KVQ_TARGET_AVX512 static inline AI __m512 tree_sum(__m512 *a, const int ng) {
+#pragma GCC unroll 8
     for (int h = 1; h < ng; h <<= 1)
+#pragma GCC unroll 16
         for (int k = 0; k + h < ng; k += 2 * h) a[k] = _mm512_add_ps(a[k], a[k + h]);
     return a[0];
 }
