@@ -120,6 +120,17 @@ def test_kld(kvq, model, text):
     le = s["tq-mse:4"]["layer_err"]
     check(len(le) == 30 and all(e is not None and e > 0.0 for e in le), "kld: tq-mse:4 layer errors all > 0")
     check(s["tq-mse:4"]["tokens"] == 63, "kld: 63 scored tokens")
+    # calib=N: the first N tokens stay f16 until the per-head +chscale plans
+    # are calibrated on them; a window shorter than N is never compressed
+    recs = run_json(kvq, ["kld", "-m", model, "-f", text, "--ctx", "128", "--chunks", "1",
+                          "--policies", "tq-mse:4+chscale/tq-mse:4,calib=200 tq-mse:4+chscale/tq-mse:4,calib=16"])
+    s = by_policy(recs)
+    never, early = "tq-mse:4+chscale/tq-mse:4,calib=200", "tq-mse:4+chscale/tq-mse:4,calib=16"
+    check(set(s) == {never, early}, f"kld calib: summaries {list(s)}")
+    if len(s) == 2:
+        check(s[never]["calib_tokens"] == 200 and s[early]["calib_tokens"] == 16, "kld calib: calib_tokens fields")
+        check(s[never]["kld"] == 0.0, f"kld calib=200 > ctx: expected an f16 cache, KLD {s[never]['kld']}")
+        check(s[early]["kld"] > 0.0, f"kld calib=16: expected compression, KLD {s[early]['kld']}")
 
 
 def test_needle(kvq, model):

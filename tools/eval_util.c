@@ -184,6 +184,7 @@ void eval_common_usage(FILE *f) {
             "  --kv-window W          keep the W most recent tokens in f16\n"
             "  --kv-f16-layers L,L    layers kept in f16 (negative: from the end)\n"
             "  --compress-sliding     compress sliding-window layers too (Gemma 3; default: f16)\n"
+            "  --kv-calib N           tokens kept f16 until +center/+chscale/+outliers plans calibrate (default 128)\n"
             "  --policy P             one policy string (tools/policy.h: 'q8/tq-mse:4,w=128')\n"
             "  --policies \"P P ...\"   several policies, each a result (space- or '|'-separated)\n"
             "  --threads T            threads (default 2)\n"

@@ -78,6 +78,11 @@ static int parse_field(tool_policy *p, const char *s, size_t n, int first, char 
         p->compress_sliding = (int)v;
         return 0;
     }
+    if (n > 6 && !strncmp(s, "calib=", 6)) {
+        if (parse_int(s + 6, n - 6, 1, 1L << 20, &v)) { seterr(err, cap, "bad value in '%s' (1..2^20)", field); return -1; }
+        p->calib_tokens = (int)v;
+        return 0;
+    }
     if (first) { /* shorthand SPEC or KSPEC/VSPEC */
         const char *slash = memchr(s, '/', n);
         if (!slash) {
@@ -88,7 +93,7 @@ static int parse_field(tool_policy *p, const char *s, size_t n, int first, char 
         }
         return 0;
     }
-    seterr(err, cap, "unknown policy field '%s' (k= v= w= f16layers= sliding=)", field);
+    seterr(err, cap, "unknown policy field '%s' (k= v= w= f16layers= sliding= calib=)", field);
     return -1;
 }
 
@@ -112,7 +117,7 @@ int tool_policy_option(tool_policy *p, const char *opt, const char *val, char *e
     long v;
     if (!strcmp(opt, "--kv-compress-sliding")) { p->compress_sliding = 1; return 1; }
     int known = !strcmp(opt, "--cache-k") || !strcmp(opt, "--cache-v") || !strcmp(opt, "--kv-window") ||
-                !strcmp(opt, "--kv-f16-layers") || !strcmp(opt, "--policy");
+                !strcmp(opt, "--kv-f16-layers") || !strcmp(opt, "--kv-calib") || !strcmp(opt, "--policy");
     if (!known) return 0;
     if (!val) { seterr(err, err_cap, "%s needs a value", opt); return -1; }
     if (!strcmp(opt, "--policy")) return tool_policy_parse(val, p, err, err_cap) ? -1 : 2;
@@ -123,6 +128,11 @@ int tool_policy_option(tool_policy *p, const char *opt, const char *val, char *e
     if (!strcmp(opt, "--kv-window")) {
         if (parse_int(val, strlen(val), 0, 1L << 30, &v)) { seterr(err, err_cap, "bad --kv-window '%s'", val); return -1; }
         p->window = (int)v;
+        return 2;
+    }
+    if (!strcmp(opt, "--kv-calib")) {
+        if (parse_int(val, strlen(val), 1, 1L << 20, &v)) { seterr(err, err_cap, "bad --kv-calib '%s'", val); return -1; }
+        p->calib_tokens = (int)v;
         return 2;
     }
     if (parse_layers(p, val, strlen(val), 1)) { seterr(err, err_cap, "bad --kv-f16-layers '%s'", val); return -1; }
@@ -180,6 +190,10 @@ void tool_policy_name(const tool_policy *p, char *buf, size_t cap) {
         }
     }
     if (p->compress_sliding) put(buf, cap, &pos, ",sliding=1");
+    if (p->calib_tokens) {
+        snprintf(num, sizeof num, ",calib=%d", p->calib_tokens);
+        put(buf, cap, &pos, num);
+    }
 }
 
 int tool_policy_session_params(tool_policy *p, int n_layers, kvq_session_params *sp, char *err, size_t err_cap) {
@@ -199,6 +213,7 @@ int tool_policy_session_params(tool_policy *p, int n_layers, kvq_session_params 
     sp->f16_layers = p->n_f16_layers ? p->resolved : NULL;
     sp->n_f16_layers = p->n_f16_layers;
     sp->compress_sliding = p->compress_sliding;
+    sp->calib_tokens = p->calib_tokens;
     return 0;
 }
 
@@ -208,7 +223,7 @@ void tool_policy_json(const tool_policy *p, FILE *f) {
     fprintf(f, "\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"window\":%d,\"f16_layers\":[", name, p->k, p->v,
             p->window);
     for (int i = 0; i < p->n_f16_layers; i++) fprintf(f, "%s%d", i ? "," : "", p->f16_layers[i]);
-    fprintf(f, "],\"compress_sliding\":%d", p->compress_sliding);
+    fprintf(f, "],\"compress_sliding\":%d,\"calib_tokens\":%d", p->compress_sliding, p->calib_tokens);
 }
 
 static int spec_bits(const char *spec, int d, double *bits) {

@@ -12,6 +12,9 @@
  *                        the end (-1 = last layer)
  *   sliding=1            compress sliding-window layers too (Gemma 3;
  *                        default 0: only global layers are compressed)
+ *   calib=N              tokens kept f16 until the per-head +center /
+ *                        +chscale / +outliers plans are calibrated on them
+ *                        (default 128), then encoded like the others
  *
  * SPEC is a method of docs/METHODS.md (it never holds ',' or '/'); missing
  * K or V means f16. Examples: "f16", "q8/q8" (= "q8"),
@@ -43,6 +46,7 @@ typedef struct tool_policy {
     int f16_layers[TOOL_POLICY_MAX_F16];           /* as written (may be negative) */
     int n_f16_layers;
     int compress_sliding;                          /* 1: sliding-window layers compressed too */
+    int calib_tokens;                              /* calibration tokens (0 = the cache's default) */
     /* filled by tool_policy_session_params: indices resolved for the model */
     int resolved[TOOL_POLICY_MAX_F16];
 } tool_policy;
@@ -56,7 +60,7 @@ int tool_policy_parse(const char *s, tool_policy *p, char *err, size_t err_cap);
 /*
  * The per-field command-line options of the engine tools, applied to p:
  * --cache-k SPEC, --cache-v SPEC, --kv-window W, --kv-f16-layers L,L,...,
- * --kv-compress-sliding (no value: val is ignored), --policy POLICY.
+ * --kv-compress-sliding (no value: val is ignored), --kv-calib N, --policy POLICY.
  * Returns 2 if opt was consumed with its value, 1 if consumed alone
  * (--kv-compress-sliding), 0 if opt is not a policy option, -1 on a bad value.
  */
@@ -74,7 +78,7 @@ void tool_policy_name(const tool_policy *p, char *buf, size_t cap);
 
 /*
  * Fills the cache fields of session params (k_spec, v_spec, f16_window,
- * f16_layers, n_f16_layers, compress_sliding) for a model of n_layers
+ * f16_layers, n_f16_layers, compress_sliding, calib_tokens) for a model of n_layers
  * layers. The params point into p, which must outlive the session creation.
  * -1 (reason in err) if an f16 layer is out of range.
  */

@@ -119,6 +119,7 @@ typedef struct kvq_session_params {
     const int *f16_layers;        /* copied */
     int n_f16_layers;
     int compress_sliding;
+    int calib_tokens;             /* tokens kept f16 until per-head plans calibrate (0 = 128) */
     uint64_t seed;
     int n_batch;                  /* tokens per forward chunk (0 = 256) */
     kvq_isa isa;                  /* weight kernels (KVQ_ISA_BEST) */
