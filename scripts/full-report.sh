@@ -171,9 +171,10 @@ tq-mse:4+chscale/tq-mse:4 tq-mse:3+chscale/tq-mse:3 tq-mse:4+chscale/tq-mse:2"
         ALL="f16"
         for p in $BASE; do ALL="$ALL $p $p,w=128"; done
         [ "$HYBRID" = 1 ] && ALL="$ALL q8,sliding=1 tq-mse:4,sliding=1 tq-mse:3,sliding=1 tq-mse:4+chscale/tq-mse:4,sliding=1"
-        # the slow tools (bench, needle, gen-check) in quick mode
+        # the slow tools (bench, needle, gen-check) in quick and standard mode; calib=32: short
+        # gen-check prompts would otherwise run their first 128 tokens on an f16 cache
         SLOW="f16 q8 q4 tq-mse:4 tq-mse:3 tq-mse:2 k=q8,v=tq-mse:3 tq-prod:4/q8 qjl/q8 polar rvq:1 rvq:2 \
-tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128 tq-mse:4+chscale/tq-mse:4 tq-mse:3+chscale/tq-mse:3"
+tq-mse:4+outliers=8 tq-mse:3,w=128 tq-mse:2,w=128 tq-mse:4+chscale/tq-mse:4,calib=32 tq-mse:3+chscale/tq-mse:3,calib=32"
         [ "$HYBRID" = 1 ] && SLOW="$SLOW tq-mse:4,sliding=1"
         [ "$MODE" = full ] && SLOW="$ALL"
     fi
