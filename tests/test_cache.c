@@ -275,6 +275,7 @@ static void test_methods(kvq_pool *pool) {
     check_policy("tq-mse:4", "tq-mse:3", 128, 2, 4, 300, 16, pool, &rng);
     check_policy("tq-prod:3", "tq-mse:2", 64, 3, 3, 700, 33, pool, &rng);
     check_policy("tq-mse:4+outliers=8", "tq-mse:4+outliers=8", 128, 2, 2, 400, 8, pool, &rng);
+    check_policy("tq-mse:4+chscale", "tq-mse:3+chscale", 64, 3, 3, 300, 8, pool, &rng);
     /* dims that are not powers of two (Haar rotations), the largest dim, large groups */
     check_policy("tq-mse:3", "tq-mse:4", 96, 1, 5, 300, 0, pool, &rng);
     check_policy("q8", "tq-mse:2", 80, 2, 16, 200, 4, pool, &rng);
