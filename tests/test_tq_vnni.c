@@ -5,7 +5,8 @@
  *   |delta acc_c| <= sum_i 0.51 * xmax_run / 65535 * cscale * |c8[idx_ic]|;
  * - runs with a negative weight fall back to float (= reference to 1e-5).
  * And the token-lane integer scores (tq_score_tok) equal the scalar
- * reference's bit for bit.
+ * reference's bit for bit; the token-lane QJL scores (qjl, tq-prod) equal
+ * the scalar reference within 1e-5 (float sums in another order).
  * d = 64, 128, 256, b = 1..4, f16 and f32 scales, 1 to 600 records (tails,
  * several runs), 1 to 9 query rows (passes of 1..4). */
 #include <math.h>
@@ -117,6 +118,42 @@ out:
     kvq_plan_free(p);
 }
 
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return s > 0 ? sqrt(e / s) : sqrt(e);
+}
+
+static void check_qjl(const char *spec, int d, size_t n, size_t nq, tu_rng *r) {
+    kvq_plan *p = NULL, *ref = NULL;
+    CHECK_OK(kvq_plan_create(&p, spec, d, 3, NULL, 0));
+    if (!p) return;
+    CHECK_OK(kvq_plan_clone_isa(&ref, p, KVQ_ISA_SCALAR));
+    const size_t cb = kvq_plan_code_bytes(p), qf = kvq_plan_query_floats(p);
+    float *x = malloc(n * d * sizeof *x), *q = malloc(nq * d * sizeof *q), *qp = malloc(nq * qf * sizeof *qp);
+    float *sr = malloc(nq * n * sizeof *sr), *sf = malloc(nq * n * sizeof *sf);
+    uint8_t *codes = malloc(n * cb);
+    for (size_t i = 0; i < n * d; i++) x[i] = (float)tu_gauss(r);
+    for (size_t i = 0; i < nq * d; i++) q[i] = (float)tu_gauss(r);
+    CHECK_OK(kvq_encode(ref, x, KVQ_DTYPE_F32, n, codes));
+    for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(ref, q + j * d, qp + j * qf));
+    CHECK_OK(kvq_score(ref, qp, nq, codes, n, sr));
+    CHECK_OK(kvq_score(p, qp, nq, codes, n, sf));
+    double e = rel_diff(sf, sr, nq * n);
+    CHECK(e < 1e-5, "%s d=%d n=%zu nq=%zu: scores rel diff %.3g", spec, d, n, nq, e);
+    free(x);
+    free(q);
+    free(qp);
+    free(sr);
+    free(sf);
+    free(codes);
+    kvq_plan_free(p);
+    kvq_plan_free(ref);
+}
+
 int main(void) {
     static const char *const specs[] = {"tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:2+scale32", "tq-mse:4+norot"};
     static const int dims[] = {64, 128, 256};
@@ -129,5 +166,10 @@ int main(void) {
         for (size_t di = 0; di < 3; di++)
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++, k++)
                 check_case(specs[s], dims[di], ns[ni], nqs[k % 7], k % 5 == 4, &r);
+    static const char *const qspecs[] = {"qjl", "qjl+m=192", "qjl+m=96", "qjl+scale32", "tq-prod:3", "tq-prod:4+scale32"};
+    static const size_t qns[] = {15, 16, 17, 33, 255, 256};
+    for (size_t s = 0; s < sizeof qspecs / sizeof *qspecs; s++)
+        for (size_t di = 0; di < 3; di++)
+            for (size_t ni = 0; ni < sizeof qns / sizeof *qns; ni++, k++) check_qjl(qspecs[s], dims[di], qns[ni], nqs[k % 7], &r);
     return tu_finish("test_tq_vnni");
 }
