@@ -88,10 +88,14 @@ KVQ_TARGET_AVX512 static inline void sign_dwords16(const uint8_t *const r[16], s
         __m512i z;
         if (S >= 16) {
             z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[4 * q] + o)));
-            for (int t = 1; t < 4; t++) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + t] + o)), t);
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 1] + o)), 1);
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 2] + o)), 2);
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 3] + o)), 3);
         } else {
             z = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(r[4 * q] + o)));
-            for (int t = 1; t < 4; t++) z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + t] + o)), t);
+            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 1] + o)), 1);
+            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 2] + o)), 2);
+            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 3] + o)), 3);
         }
         Z[q] = z;
     }
