@@ -3,7 +3,7 @@
  * registers, norm, guess-and-correct (or binary-search) quantization,
  * least-squares scale and strided packing, one pass over each vector.
  *
- * Rows are encoded NV at a time (NV = 1..4) with every step written once per
+ * Rows are encoded NV at a time (NV = 1, 2 or 4) with every step written once per
  * vector, so the compiler interleaves the vectors' dependency chains (the
  * in-register butterflies, the norm, its square root and division, the scale
  * sums); the horizontal sums of NV vectors share one reduction tree
@@ -102,7 +102,7 @@ KVQ_TARGET_AVX512 static inline AI void pack_idx(const __m512i *id, const int d,
  * is zero or not finite (its outputs are then meaningless).
  */
 KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const kvq_codebook *cb, const int d,
-                                                      const int b, const int NV, const int scale_norm,
+                                                      const int b, const int NV, const int guess, const int scale_norm,
                                                       const float *x, size_t xs, uint8_t *pk, size_t ps,
                                                       unsigned *bad) {
     const int ng = d / 16;
@@ -176,7 +176,6 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
     __m512 yc[4], cc[4];
     /* guess-and-correct (cb->guess_ok: the guess is off by at most one):
      * g = clamp(floor(x ga + gb)); g += x > t[g]; g -= x <= t[g-1] */
-    const int guess = cb->guess_ok;
     const __m512 ga = _mm512_set1_ps(cb->ga), gbv = _mm512_set1_ps(cb->gb);
     const __m512i one = _mm512_set1_epi32(1), top = _mm512_set1_epi32((1 << b) - 1);
     /* tdown[g] = t[g-1], and -inf for g = 0 (no cell below the first) */
@@ -233,7 +232,7 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
     KVQ_TARGET_AVX512 static int enc1_##D##_##B(const kvq_rotation *rot, const kvq_codebook *cb, int sn,   \
                                                 const float *x, float *scale, uint8_t *packed) {           \
         unsigned bad;                                                                                      \
-        __m128 s = encode_body(rot->signs, cb, D, B, 1, sn, x, 0, packed, 0, &bad);                        \
+        __m128 s = encode_body(rot->signs, cb, D, B, 1, cb->guess_ok, sn, x, 0, packed, 0, &bad);          \
         *scale = _mm_cvtss_f32(s);                                                                         \
         return !bad;                                                                                       \
     }
@@ -251,63 +250,55 @@ KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_
     return 0;
 }
 
-#ifndef ROWS_NV
-#define ROWS_NV 4
-#endif
-
-/*
- * Whole rows: blocks of ROWS_NV, then single rows; each record gets its scale
- * (f16 by vcvtps2ph, round to nearest even like kvq_f32_to_f16, or f32) and
- * its packed indices. Stops at the first row the block path cannot finish
- * (zero or non-finite norm, scale not storable): returns its index.
- */
-KVQ_TARGET_AVX512 static inline AI size_t rows_body(const kvq_rotation *rot, const kvq_codebook *cb, const int D,
-                                                    const int B, int sn, int scale32, const float *x, size_t n,
-                                                    uint8_t *codes, size_t stride) {
-    const size_t sb = scale32 ? 4 : 2;
+/* Stores the scales of rows j < nv (lanes of s) at rec + j * stride; returns
+ * the rows whose scale does not fit (|s| > 65504 in f16, or not finite). */
+KVQ_TARGET_AVX512 static inline AI unsigned store_scales(__m128 s, int nv, int scale32, uint8_t *rec, size_t stride) {
     const __m128 lim = _mm_set1_ps(scale32 ? INFINITY : 65504.0f);
-    const __m128 absm = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
-    size_t i = 0;
-    for (; i + ROWS_NV <= n; i += ROWS_NV) {
-        unsigned bad;
-        uint8_t *rec = codes + i * stride;
-        __m128 s = encode_body(rot->signs, cb, D, B, ROWS_NV, sn, x + i * D, D, rec + sb, stride, &bad);
-        /* not storable: |s| above the limit (f16: 65504, f32: inf) or NaN */
-        bad |= ~(unsigned)_mm_cmp_ps_mask(_mm_and_ps(s, absm), lim, scale32 ? _CMP_LT_OQ : _CMP_LE_OQ) &
-               ((1u << ROWS_NV) - 1);
-        if (scale32) {
-            float f[4];
-            _mm_storeu_ps(f, s);
-            for (int j = 0; j < ROWS_NV; j++) memcpy(rec + j * stride, f + j, 4);
-        } else {
-            uint16_t h[8];
-            _mm_storeu_si128((__m128i *)h, _mm_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            for (int j = 0; j < ROWS_NV; j++) memcpy(rec + j * stride, h + j, 2);
-        }
-        if (bad) return i + (size_t)__builtin_ctz(bad);
+    const __m128 a = _mm_and_ps(s, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
+    unsigned bad = ~(unsigned)_mm_cmp_ps_mask(a, lim, scale32 ? _CMP_LT_OQ : _CMP_LE_OQ) & ((1u << nv) - 1);
+    if (scale32) {
+        float f[4];
+        _mm_storeu_ps(f, s);
+        for (int j = 0; j < nv; j++) memcpy(rec + j * stride, f + j, 4);
+    } else {
+        uint16_t h[8];
+        _mm_storeu_si128((__m128i *)h, _mm_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        for (int j = 0; j < nv; j++) memcpy(rec + j * stride, h + j, 2);
     }
-    for (; i < n; i++) {
-        unsigned bad;
-        uint8_t *rec = codes + i * stride;
-        __m128 s = encode_body(rot->signs, cb, D, B, 1, sn, x + i * D, 0, rec + sb, 0, &bad);
-        bad |= ~(unsigned)_mm_cmp_ps_mask(_mm_and_ps(s, absm), lim, scale32 ? _CMP_LT_OQ : _CMP_LE_OQ) & 1u;
-        if (bad) return i;
-        if (scale32) {
-            float f = _mm_cvtss_f32(s);
-            memcpy(rec, &f, 4);
-        } else {
-            uint16_t h = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
-            memcpy(rec, &h, 2);
-        }
-    }
-    return n;
+    return bad;
 }
 
-#define DEF_ROWS(D, B)                                                                                       \
-    KVQ_TARGET_AVX512 static size_t rows_##D##_##B(const kvq_rotation *rot, const kvq_codebook *cb, int sn,  \
-                                                   int s32, const float *x, size_t n, uint8_t *codes,        \
-                                                   size_t stride) {                                          \
-        return rows_body(rot, cb, D, B, sn, s32, x, n, codes, stride);                                       \
+/*
+ * Whole rows: blocks of NB rows (guess-and-correct codebooks and b = 1; NB = 4, or 2
+ * at d = 256 where 4 rows would not fit the registers), the rest one at a
+ * time through enc1 (same bytes); each record gets its scale (f16 by
+ * vcvtps2ph, round to nearest even like kvq_f32_to_f16, or f32) and its
+ * packed indices. Stops at the first row it cannot finish (zero or
+ * non-finite norm, scale not storable): returns its index.
+ */
+#define DEF_ROWS(D, B)                                                                                        \
+    KVQ_TARGET_AVX512 static size_t rows_##D##_##B(const kvq_rotation *rot, const kvq_codebook *cb, int sn,   \
+                                                   int s32, const float *x, size_t n, uint8_t *codes,         \
+                                                   size_t stride) {                                           \
+        enum { NB = D >= 256 ? 2 : 4 };                                                                       \
+        const size_t sb = s32 ? 4 : 2;                                                                        \
+        size_t i = 0;                                                                                         \
+        if (cb->guess_ok || B == 1) /* b = 1: one compare, no guess */                                     \
+            for (; i + NB <= n; i += NB) {                                                                    \
+                unsigned bad;                                                                                 \
+                uint8_t *rec = codes + i * stride;                                                            \
+                __m128 s = encode_body(rot->signs, cb, D, B, NB, B > 1, sn, x + i * D, D, rec + sb, stride, &bad); \
+                bad |= store_scales(s, NB, s32, rec, stride);                                                 \
+                if (bad) return i + (size_t)__builtin_ctz(bad);                                               \
+            }                                                                                                 \
+        for (; i < n; i++) {                                                                                  \
+            float sc;                                                                                         \
+            uint8_t *rec = codes + i * stride;                                                                \
+            if (!enc1_##D##_##B(rot, cb, sn, x + i * D, &sc, rec + sb) ||                                     \
+                store_scales(_mm_set_ss(sc), 1, s32, rec, stride))                                            \
+                return i;                                                                                     \
+        }                                                                                                     \
+        return n;                                                                                             \
     }
 FUSED_SHAPES(DEF_ROWS)
 #undef DEF_ROWS
