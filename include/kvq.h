@@ -307,7 +307,7 @@ typedef struct kvq_vecfile_info {
     kvq_dtype dtype;   /* element type on disk */
     uint32_t layers;   /* metadata: model layers (0 if unknown) */
     uint32_t heads;    /* metadata: KV heads per layer (0 if unknown) */
-    uint32_t kind;     /* 0 = unspecified, 1 = keys, 2 = values */
+    uint32_t kind;     /* 0 = unspecified, 1 = keys, 2 = values, 3 = queries */
 } kvq_vecfile_info;
 
 /*

@@ -1,7 +1,9 @@
 /*
  * kvq dump-kv: runs a text through a model and writes the real keys (after
  * RoPE) and values of every layer as vector files (docs/FORMAT.md), ordered
- * (layer, token, head), for codec-bench / attn-bench.
+ * (layer, token, head), for codec-bench / attn-bench; with --queries also the
+ * queries (after their norm and RoPE), to study how the cache's errors meet
+ * real queries (scripts/key_error.py).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,22 +24,24 @@ static void usage(FILE *f) {
             "  --max-tokens N    tokens of TEXT to use (default 2048)\n"
             "  --layers LIST     only these layers (comma-separated; default all)\n"
             "  --dtype f32|f16   element type in the files (default f32)\n"
+            "  --queries         also write OUT.q.vec (queries, n_head per token)\n"
             "  --threads T       threads (default 2)\n");
 }
 
 typedef struct {
-    int n_layers, kv;        /* layers of the model, n_head_kv * head_dim */
+    int n_layers, kv, qw;    /* layers of the model, n_head_kv * head_dim, n_head * head_dim */
     size_t max_tok;
     const int *keep;         /* (n_layers) 1 if the layer is dumped */
-    float **k, **v;          /* per layer: (max_tok, kv) */
+    float **k, **v, **q;     /* per layer: (max_tok, kv), q (max_tok, qw) when dumped */
 } dump_state;
 
-static void hook(void *user, int layer, size_t pos0, const float *k, const float *v, size_t ntok) {
+static void hook(void *user, int layer, size_t pos0, const float *q, const float *k, const float *v, size_t ntok) {
     dump_state *d = user;
     if (!d->keep[layer] || pos0 >= d->max_tok) return;
     if (pos0 + ntok > d->max_tok) ntok = d->max_tok - pos0;
     memcpy(d->k[layer] + pos0 * (size_t)d->kv, k, ntok * (size_t)d->kv * sizeof(float));
     memcpy(d->v[layer] + pos0 * (size_t)d->kv, v, ntok * (size_t)d->kv * sizeof(float));
+    if (d->q) memcpy(d->q[layer] + pos0 * (size_t)d->qw, q, ntok * (size_t)d->qw * sizeof(float));
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -63,10 +67,11 @@ static char *read_file(const char *path, size_t *len) {
 int cmd_dump_kv(int argc, char **argv) {
     const char *model = NULL, *text_path = NULL, *out = NULL, *layers = NULL, *dtype = "f32";
     long max_tokens = 2048;
-    int threads = 2;
+    int threads = 2, queries = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--queries")) { queries = 1; continue; }
         if (!v) { fprintf(stderr, "kvq dump-kv: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "-m")) model = v;
@@ -114,7 +119,8 @@ int cmd_dump_kv(int argc, char **argv) {
     keep = calloc((size_t)c->n_layers, sizeof(int));
     d.k = calloc((size_t)c->n_layers, sizeof(float *));
     d.v = calloc((size_t)c->n_layers, sizeof(float *));
-    if (!keep || !d.k || !d.v) { rc = KVQ_ERR_NOMEM; goto done; }
+    if (queries) d.q = calloc((size_t)c->n_layers, sizeof(float *));
+    if (!keep || !d.k || !d.v || (queries && !d.q)) { rc = KVQ_ERR_NOMEM; goto done; }
     if (layers) {
         long list[KVQ_MAX_LAYERS];
         int nl = tool_parse_int_list(layers, list, KVQ_MAX_LAYERS);
@@ -129,6 +135,7 @@ int cmd_dump_kv(int argc, char **argv) {
     int n_keep = 0;
     d.n_layers = c->n_layers;
     d.kv = c->n_head_kv * c->head_dim;
+    d.qw = c->n_head * c->head_dim;
     d.max_tok = n;
     d.keep = keep;
     for (int l = 0; l < c->n_layers; l++) {
@@ -136,7 +143,8 @@ int cmd_dump_kv(int argc, char **argv) {
         n_keep++;
         d.k[l] = malloc(n * (size_t)d.kv * sizeof(float));
         d.v[l] = malloc(n * (size_t)d.kv * sizeof(float));
-        if (!d.k[l] || !d.v[l]) { rc = KVQ_ERR_NOMEM; goto done; }
+        if (d.q) d.q[l] = malloc(n * (size_t)d.qw * sizeof(float));
+        if (!d.k[l] || !d.v[l] || (d.q && !d.q[l])) { rc = KVQ_ERR_NOMEM; goto done; }
     }
     kvq_session_params p = kvq_session_default_params();
     p.k_spec = "f32"; /* the cache only has to serve attention; f32 never refuses a value */
@@ -150,33 +158,34 @@ int cmd_dump_kv(int argc, char **argv) {
     double t1 = tool_now();
 
     /* (layer, token, head) order: the dumped layers one after the other */
-    size_t per_layer = n * (size_t)d.kv;
-    float *all = malloc(per_layer * (size_t)n_keep * sizeof(float));
+    float *all = malloc(n * (size_t)(d.q ? d.qw : d.kv) * (size_t)n_keep * sizeof(float));
     if (!all) { rc = KVQ_ERR_NOMEM; goto done; }
-    for (int kind = 1; kind <= 2; kind++) {
+    for (int kind = 1; kind <= (d.q ? 3 : 2); kind++) { /* keys, values, queries */
+        const int heads = kind == 3 ? c->n_head : c->n_head_kv;
+        const size_t per_layer = n * (size_t)heads * (size_t)c->head_dim;
         size_t off = 0;
         for (int l = 0; l < c->n_layers; l++) {
             if (!keep[l]) continue;
-            memcpy(all + off, kind == 1 ? d.k[l] : d.v[l], per_layer * sizeof(float));
+            memcpy(all + off, kind == 1 ? d.k[l] : kind == 2 ? d.v[l] : d.q[l], per_layer * sizeof(float));
             off += per_layer;
         }
         kvq_vecfile_info info;
         memset(&info, 0, sizeof info);
         info.dim = (uint32_t)c->head_dim;
-        info.count = (uint64_t)n * (uint64_t)c->n_head_kv * (uint64_t)n_keep;
+        info.count = (uint64_t)n * (uint64_t)heads * (uint64_t)n_keep;
         info.dtype = !strcmp(dtype, "f16") ? KVQ_DTYPE_F16 : KVQ_DTYPE_F32;
         info.layers = (uint32_t)n_keep;
-        info.heads = (uint32_t)c->n_head_kv;
+        info.heads = (uint32_t)heads;
         info.kind = (uint32_t)kind;
         char path[4096];
-        snprintf(path, sizeof path, "%s.%s.vec", out, kind == 1 ? "k" : "v");
+        snprintf(path, sizeof path, "%s.%s.vec", out, kind == 1 ? "k" : kind == 2 ? "v" : "q");
         if ((rc = kvq_vecfile_write(path, &info, all))) {
             fprintf(stderr, "kvq dump-kv: %s: %s\n", path, kvq_strerror(rc));
             free(all);
             goto done;
         }
         fprintf(stderr, "kvq dump-kv: %s: %llu vectors of %d (%d layers x %zu tokens x %d heads)\n", path,
-                (unsigned long long)info.count, c->head_dim, n_keep, n, c->n_head_kv);
+                (unsigned long long)info.count, c->head_dim, n_keep, n, heads);
     }
     free(all);
     fprintf(stderr, "kvq dump-kv: %zu tokens through %s in %.2f s\n", n, c->arch_name, t1 - t0);
@@ -184,9 +193,10 @@ int cmd_dump_kv(int argc, char **argv) {
 done:
     if (rc && ret) fprintf(stderr, "kvq dump-kv: %s\n", kvq_strerror(rc));
     if (d.k)
-        for (int l = 0; l < c->n_layers; l++) { free(d.k[l]); free(d.v[l]); }
+        for (int l = 0; l < c->n_layers; l++) { free(d.k[l]); free(d.v[l]); if (d.q) free(d.q[l]); }
     free(d.k);
     free(d.v);
+    free(d.q);
     free(keep);
     free(ids);
     free(text);

@@ -5,7 +5,7 @@
  *   8  u32      dim
  *   12 u32      dtype (0 f32, 1 f16, 2 bf16)
  *   16 u64      count
- *   24 u32      layers   28 u32 heads   32 u32 kind (0 ?, 1 keys, 2 values)
+ *   24 u32      layers   28 u32 heads   32 u32 kind (0 ?, 1 keys, 2 values, 3 queries)
  *   36 u32      reserved (0)
  *   40 u64      FNV-1a 64 of the header (this field as zero) then the payload
  *   48 u8[16]   reserved (0)
@@ -80,7 +80,7 @@ int kvq_vecfile_read(const char *path, kvq_vecfile_info *info, float **out) {
     in.layers = get32(hdr + 24);
     in.heads = get32(hdr + 28);
     in.kind = get32(hdr + 32);
-    if (dt > 2 || in.dim == 0 || in.dim > 65536 || in.kind > 2) { rc = KVQ_ERR_FORMAT; goto done; }
+    if (dt > 2 || in.dim == 0 || in.dim > 65536 || in.kind > 3) { rc = KVQ_ERR_FORMAT; goto done; }
     in.dtype = (kvq_dtype)dt;
     size_t es = kvq_dtype_size(in.dtype);
     if (fseek(f, 0, SEEK_END)) { rc = KVQ_ERR_IO; goto done; }

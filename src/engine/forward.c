@@ -284,7 +284,7 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
             if ((rc = ggml_matmul_multi(S->kern, S->pool, W, 3, &A, Y, ldy))) return rc;
         }
         if ((rc = step(S, l, STEP_QKV, ntok))) return rc;
-        if (S->p.kv_hook) S->p.kv_hook(S->p.kv_hook_user, l, S->pos, s->k, s->v, (size_t)ntok);
+        if (S->p.kv_hook) S->p.kv_hook(S->p.kv_hook_user, l, S->pos, s->q, s->k, s->v, (size_t)ntok);
         if ((rc = kvq_cache_append(S->cache, l, s->k, s->v, (size_t)ntok))) return rc;
         if ((rc = kvq_cache_attend(S->cache, l, s->q, (size_t)ntok, c->n_head, S->pos, c->attn_scale, s->att, S->pool)))
             return rc;

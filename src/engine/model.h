@@ -105,9 +105,11 @@ const char *kvq_rope_type_name(kvq_rope_type t);
 /* ------------------------------------------------------------------------ */
 typedef struct kvq_session kvq_session;
 
-/* Called after each layer's K/V are computed (keys after RoPE), before they
- * enter the cache: k and v are (ntok, n_head_kv * head_dim). */
-typedef void (*kvq_kv_hook)(void *user, int layer, size_t pos0, const float *k, const float *v, size_t ntok);
+/* Called after each layer's Q/K/V are computed (queries and keys after their
+ * norms and RoPE), before K/V enter the cache: q is (ntok, n_head * head_dim),
+ * k and v are (ntok, n_head_kv * head_dim). */
+typedef void (*kvq_kv_hook)(void *user, int layer, size_t pos0, const float *q, const float *k, const float *v,
+                            size_t ntok);
 /* Called after each layer's attention output is computed from the cache (before
  * the output projection): attn_out is (ntok, width), width = n_head * head_dim,
  * for positions pos0 .. pos0+ntok-1 (used by kvq kld for per-layer errors). */
