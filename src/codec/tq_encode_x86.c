@@ -96,6 +96,17 @@ KVQ_TARGET_AVX512 static inline AI void pack_idx(const __m512i *id, const int d,
     }
 }
 
+/* [sum(a), sum(b), sum(c), sum(d)] as hsum4_512; for one row (nv = 1) the
+ * same additions of lane 0 alone, in fewer operations. */
+KVQ_TARGET_AVX512 static inline AI __m128 hsum_rows(const __m512 *a, const int nv) {
+    if (nv > 1) return hsum4_512(a[0], a[1], nv > 2 ? a[2] : a[0], nv > 3 ? a[3] : a[0]);
+    /* hsum4_512(r, r, r, r)[0] = (t0 + t2) + (t1 + t3), t_L = (r_0 + r_2) + (r_1 + r_3) in 128-bit lane L */
+    __m512 x = _mm512_add_ps(a[0], _mm512_permute_ps(a[0], 0x4E));
+    x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xB1));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
+    return _mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 /*
  * Encodes the NV rows x + j * xs (j < NV): packed indices to pk + j * ps,
  * scales in lanes 0..NV-1 of the result; *bad gets bit j when row j's norm
@@ -163,8 +174,7 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
             a[k] = _mm512_fmadd_ps(v[j][2 * k + 1], v[j][2 * k + 1], _mm512_mul_ps(v[j][2 * k], v[j][2 * k]));
         r[j] = tree_sum(a, ng / 2);
     }
-    for (int j = NV; j < 4; j++) r[j] = r[0];
-    const __m128 nrm2 = hsum4_512(r[0], r[1], r[2], r[3]);
+    const __m128 nrm2 = hsum_rows(r, NV);
     const __m128 nrm = _mm_sqrt_ps(nrm2);
     const __m128 sq = _mm_set1_ps(sqrtf((float)d));
     const __m128 s4 = _mm_div_ps(sq, nrm);
@@ -219,8 +229,7 @@ KVQ_TARGET_AVX512 static inline AI __m128 encode_body(const float *signs, const 
         cc[j] = tree_sum(e, ng / 2);
         pack_idx(id, d, b, pk + j * ps);
     }
-    for (int j = NV; j < 4; j++) yc[j] = yc[0], cc[j] = cc[0];
-    const __m128 fyc = hsum4_512(yc[0], yc[1], yc[2], yc[3]), fcc = hsum4_512(cc[0], cc[1], cc[2], cc[3]);
+    const __m128 fyc = hsum_rows(yc, NV), fcc = hsum_rows(cc, NV);
     const __m128 snorm = _mm_div_ps(nrm, sq);
     __m128 scale = snorm;
     if (!scale_norm) /* fcc == 0: the norm scale */
