@@ -75,13 +75,14 @@ KVQ_TARGET_AVX512 static void qjl_scores_avx512(const qjl_layout *L, const float
     }
 }
 
-/* Lanes = 16 records (n >= 16, m % 64 == 0, m <= 512): the records' sign
- * dwords are transposed by unpacks (lane 4i + q = record 4q + i), so the
- * mask of sign j over 16 records is one vptestmd, and one masked add of the
- * broadcast sq_j per query adds it to 16 records at once; no horizontal sums
- * (the kernel above spends about half its time reducing 4 x 16 lanes per
- * record). Same sums, another order: equal to the reference within float
- * rounding, as the kernel above. */
+/* Lanes = 16 records (n >= 16, m % 64 == 0, m <= 256): the records' sign
+ * dwords are transposed by unpacks (lane 4i + q = record 4q + i); each
+ * nibble (4 signs) of 16 records is an index into a per-call table of the 16
+ * partial sums of those 4 sq_j, so one vpermps and one add per query add 4
+ * signs of 16 records; no horizontal sums (the kernel above spends about
+ * half its instructions reducing 4 x 16 lanes per record). Same sums,
+ * another order: equal to the reference within float rounding, as the
+ * kernel above. */
 KVQ_TARGET_AVX512 static inline void sign_dwords16(const uint8_t *const r[16], size_t o, const int S, __m512i X[4]) {
     __m512i Z[4];
     for (int q = 0; q < 4; q++) {
@@ -113,6 +114,21 @@ qjl_tok_pass(const qjl_layout *L, const float *const q[4], const float *tot, con
     static const uint8_t zero[64] = {0};
     const int m = L->m;
     const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    /* per row and group of 4 signs, the 16 possible partial sums
+     * T[g][p] = sum_k bit k of p * sq_{4g+k}: one vpermps per nibble */
+    float T[4][64][16];
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 bk[4];
+    for (int k = 0; k < 4; k++)
+        bk[k] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(lane, (unsigned)k), _mm512_set1_epi32(1)));
+    for (int j = 0; j < QT; j++)
+        for (int g = 0; g < m / 4; g++) {
+            __m512 t = _mm512_mul_ps(bk[0], _mm512_set1_ps(q[j][4 * g]));
+            t = _mm512_fmadd_ps(bk[1], _mm512_set1_ps(q[j][4 * g + 1]), t);
+            t = _mm512_fmadd_ps(bk[2], _mm512_set1_ps(q[j][4 * g + 2]), t);
+            t = _mm512_fmadd_ps(bk[3], _mm512_set1_ps(q[j][4 * g + 3]), t);
+            _mm512_storeu_ps(T[j][g], t);
+        }
     for (size_t i0 = 0; i0 < n; i0 += 16) {
         const size_t cnt = n - i0 < 16 ? n - i0 : 16;
         const uint8_t *r[16];
@@ -124,10 +140,10 @@ qjl_tok_pass(const qjl_layout *L, const float *const q[4], const float *tot, con
             __m512i X[4];
             sign_dwords16(r, (size_t)c0, S, X);
             for (int gi = 0; gi < S / 4; gi++)
-                for (int b = 0; b < 32; b++) {
-                    const __mmask16 k = _mm512_test_epi32_mask(X[gi], _mm512_set1_epi32((int)(1u << b)));
-                    const int jj = 8 * (c0 + 4 * gi) + b;
-                    for (int j = 0; j < QT; j++) acc[j] = _mm512_mask_add_ps(acc[j], k, acc[j], _mm512_set1_ps(q[j][jj]));
+                for (int nb = 0; nb < 8; nb++) { /* signs 4g..4g+3, g = 2 (c0 + 4 gi) + nb */
+                    const __m512i idx = _mm512_and_si512(_mm512_srli_epi32(X[gi], (unsigned)(4 * nb)), _mm512_set1_epi32(15));
+                    const int g = 2 * (c0 + 4 * gi) + nb;
+                    for (int j = 0; j < QT; j++) acc[j] = _mm512_add_ps(acc[j], _mm512_permutexvar_ps(idx, _mm512_loadu_ps(T[j][g])));
                 }
         }
         float nrm[16];
@@ -226,7 +242,7 @@ KVQ_TARGET_AVX2 static void qjl_scores_avx2(const qjl_layout *L, const float *qp
 void qjl_scores(const qjl_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                 float *scores, kvq_isa isa) {
 #if KVQ_X86
-    if (isa >= KVQ_ISA_AVX512 && L->m % 64 == 0 && L->m <= 512 && n >= 16) {
+    if (isa >= KVQ_ISA_AVX512 && L->m % 64 == 0 && L->m <= 256 && n >= 16) {
         qjl_scores_tok512(L, qp, qstride, nq, codes, n, scores);
         return;
     }
