@@ -82,32 +82,7 @@ KVQ_TARGET_AVX512 static void qjl_scores_avx512(const qjl_layout *L, const float
  * signs of 16 records; no horizontal sums (the kernel above spends about
  * half its instructions reducing 4 x 16 lanes per record). Same sums,
  * another order: equal to the reference within float rounding, as the
- * kernel above. */
-KVQ_TARGET_AVX512 static inline void sign_dwords16(const uint8_t *const r[16], size_t o, const int S, __m512i X[4]) {
-    __m512i Z[4];
-    for (int q = 0; q < 4; q++) {
-        __m512i z;
-        if (S >= 16) {
-            z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[4 * q] + o)));
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 1] + o)), 1);
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 2] + o)), 2);
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 3] + o)), 3);
-        } else {
-            z = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(r[4 * q] + o)));
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 1] + o)), 1);
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 2] + o)), 2);
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 3] + o)), 3);
-        }
-        Z[q] = z;
-    }
-    const __m512i a0 = _mm512_unpacklo_epi32(Z[0], Z[1]), a1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
-    const __m512i b0 = _mm512_unpacklo_epi32(Z[2], Z[3]), b1 = _mm512_unpackhi_epi32(Z[2], Z[3]);
-    X[0] = _mm512_unpacklo_epi64(a0, b0);
-    X[1] = _mm512_unpackhi_epi64(a0, b0);
-    X[2] = _mm512_unpacklo_epi64(a1, b1);
-    X[3] = _mm512_unpackhi_epi64(a1, b1);
-}
-
+ * kernel above. The transpose: dwords16_transpose (simd_util.h). */
 KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void
 qjl_tok_pass(const qjl_layout *L, const float *const q[4], const float *tot, const int QT, const uint8_t *codes, size_t n,
              float *const out[4]) {
@@ -138,7 +113,7 @@ qjl_tok_pass(const qjl_layout *L, const float *const q[4], const float *tot, con
         for (int c0 = 0; c0 < m / 8; c0 += 16) {
             const int S = m / 8 - c0 >= 16 ? 16 : 8;
             __m512i X[4];
-            sign_dwords16(r, (size_t)c0, S, X);
+            dwords16_transpose(r, (size_t)c0, S, X);
             for (int gi = 0; gi < S / 4; gi++)
                 for (int nb = 0; nb < 8; nb++) { /* signs 4g..4g+3, g = 2 (c0 + 4 gi) + nb */
                     const __m512i idx = _mm512_and_si512(_mm512_srli_epi32(X[gi], (unsigned)(4 * nb)), _mm512_set1_epi32(15));

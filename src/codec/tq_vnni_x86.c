@@ -272,34 +272,8 @@ int tq_accum_vnni(const tq_layout *L, const float *w, size_t nq, const uint8_t *
  * lane = record, its 4 bytes = 4 consecutive coordinates (the packed dwords
  * of 16 records transposed by unpacks), so one vpdpbusd against the query's
  * 4 bytes (broadcast) adds 4 coordinates of 16 records, and the sums need no
- * reduction. Same integer sums as the reference, so the same bits. */
-
-/* Dwords of the 16-byte chunk at offset o (S == 8: 8 bytes, dwords 0, 1) of
- * 16 records: X[g] lane 4i + q = dword g of record 4q + i. */
-TV AI void tr16(const uint8_t *const r[16], size_t o, const int S, __m512i X[4]) {
-    __m512i Z[4];
-    for (int q = 0; q < 4; q++) {
-        __m512i z;
-        if (S >= 16) {
-            z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[4 * q] + o)));
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 1] + o)), 1);
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 2] + o)), 2);
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 3] + o)), 3);
-        } else {
-            z = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(r[4 * q] + o)));
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 1] + o)), 1);
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 2] + o)), 2);
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 3] + o)), 3);
-        }
-        Z[q] = z;
-    }
-    const __m512i a0 = _mm512_unpacklo_epi32(Z[0], Z[1]), a1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
-    const __m512i b0 = _mm512_unpacklo_epi32(Z[2], Z[3]), b1 = _mm512_unpackhi_epi32(Z[2], Z[3]);
-    X[0] = _mm512_unpacklo_epi64(a0, b0);
-    X[1] = _mm512_unpackhi_epi64(a0, b0);
-    X[2] = _mm512_unpacklo_epi64(a1, b1);
-    X[3] = _mm512_unpackhi_epi64(a1, b1);
-}
+ * reduction. Same integer sums as the reference, so the same bits. The
+ * transpose: dwords16_transpose (simd_util.h). */
 
 /* Rows j0..j0+QT-1 against all n records. */
 TV AI void stok_pass(const tq_layout *L, const float *qp, size_t qs, size_t j0, const int QT, const uint8_t *codes,
@@ -330,10 +304,10 @@ TV AI void stok_pass(const tq_layout *L, const float *qp, size_t qs, size_t j0, 
         for (int j = 0; j < QT; j++) acc[j] = _mm512_setzero_si512();
         for (int c0 = 0; c0 < (S0 >= 16 ? S0 : 16); c0 += 16) {
             __m512i X0[4], X1[4];
-            tr16(r, (size_t)c0, S0, X0);
+            dwords16_transpose(r, (size_t)c0, S0, X0);
             /* the 1-bit sub-field of b = 3 (S1 = S0 / 2): coordinate
              * 4g + k S0 + p sits in its dword g mod (S1/4), field 2k + g / (S1/4) */
-            if (w1) tr16(r, (size_t)S0 + (S1 >= 16 ? (size_t)(c0 % S1) : 0), S1, X1);
+            if (w1) dwords16_transpose(r, (size_t)S0 + (S1 >= 16 ? (size_t)(c0 % S1) : 0), S1, X1);
             for (int gi = 0; gi < NGC; gi++) {
                 const int g = c0 / 4 + gi;
                 for (int k = 0; k < 8 / w0; k++) {
