@@ -41,7 +41,7 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
 }
 
 static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
-    const float *mr = p->mu + p->d; /* mean in the inner plan's (rotated) domain */
+    const float *mr = p->mu + p->d; /* a * mean in the inner plan's (rotated) domain */
     p->inner->decode(p->inner, code, y);
     for (int c = 0; c < p->d; c++) y[c] += mr[c];
 }
