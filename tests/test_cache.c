@@ -44,14 +44,6 @@ static double rel_err_f64(const float *a, const double *b, size_t n) {
     }
     return s > 0 ? sqrt(e / s) : sqrt(e);
 }
-static double rel_err_f32(const float *a, const float *b, size_t n) {
-    double e = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        s += (double)b[i] * b[i];
-    }
-    return s > 0 ? sqrt(e / s) : sqrt(e);
-}
 /* Worst relative L2 error over rows of d values. */
 static double worst_row_err(const float *a, const double *b, size_t rows, int d) {
     double w = 0;
@@ -305,7 +297,7 @@ static void test_prefill(kvq_pool *pool) {
     float v0[64];
     CHECK_OK(cache_locate(c, 0, 1, 0, &kr, &kp, &vr, &vp));
     CHECK_OK(kvq_decode(vp, vr, 1, v0));
-    CHECK(rel_err_f32(out + (size_t)(1 * G) * d, v0, (size_t)d) < 1e-5, "position 0 attends to itself");
+    CHECK(tu_rel_l2(out + (size_t)(1 * G) * d, v0, (size_t)d) < 1e-5, "position 0 attends to itself");
     free(k);
     free(v);
     free(q);
@@ -379,7 +371,7 @@ static void test_simd_threads(kvq_pool *pool2, kvq_pool *pool3) {
         run_policy(&cfg, k, v, ctx, q, nq, HQ, pool3, o3);
         cfg.reference_kernels = 1;
         run_policy(&cfg, k, v, ctx, q, nq, HQ, pool2, os);
-        double e2 = rel_err_f32(o2, o1, on), e3 = rel_err_f32(o3, o1, on), es = rel_err_f32(o1, os, on);
+        double e2 = tu_rel_l2(o2, o1, on), e3 = tu_rel_l2(o3, o1, on), es = tu_rel_l2(o1, os, on);
         CHECK(e2 <= 1e-6 && e3 <= 1e-6, "threads k=%s v=%s: 2 threads %.3g, 3 threads %.3g", pairs[pi][0], pairs[pi][1], e2, e3);
         /* tq-family values (tq-mse, rvq) accumulate with 16-bit weights on
          * AVX-512 VNNI (tq_vnni_x86.c): each weight moves by <= 2^-17 of its
@@ -566,7 +558,7 @@ static void test_truncate(kvq_pool *pool) {
                 CHECK_OK(kvq_cache_attend(a, l, q, nq, HQ, n0 + n1 - nq, 0.125f, oa, pool));
                 CHECK_OK(kvq_cache_attend(b, l, q, nq, HQ, n0 + n1 - nq, 0.125f, ob, pool));
                 CHECK(!memcmp(oa, ob, on * sizeof *oa), "truncate+re-append k=%s W=%d layer %d: rel %.3g", pairs[pi][0], W,
-                      l, rel_err_f32(oa, ob, on));
+                      l, tu_rel_l2(oa, ob, on));
             }
             CHECK(kvq_cache_memory_bytes(a) == kvq_cache_memory_bytes(b), "memory");
             /* clear empties everything, and the cache works again */

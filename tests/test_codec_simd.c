@@ -24,14 +24,6 @@ static const char *METHODS[] = {"f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "t
                                 "tq-mse:2+outliers=16", "tq-mse:1+outliers=8+scale32", "tq-mse:3+outliers=8",
                                 "tq-mse:3+outliers=16", "tq-mse:6+outliers=8", "q8+outliers=16", "tq-mse:2+norot"};
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double e = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        s += (double)b[i] * b[i];
-    }
-    return s > 0 ? sqrt(e / s) : sqrt(e);
-}
 
 static void check_method(const char *spec, int d, size_t n, int nq, kvq_isa isa, tu_rng *r) {
     float *x = malloc(n * d * sizeof *x), *q = malloc((size_t)nq * d * sizeof *q);
@@ -73,7 +65,7 @@ static void check_method(const char *spec, int d, size_t n, int nq, kvq_isa isa,
      * floats are the rotated (or projected) query */
     size_t lead = qf < (size_t)d ? qf : (size_t)d;
     for (int j = 0; j < nq; j++)
-        CHECK(rel_diff(qpf + j * qf, qpr + j * qf, lead) < 1e-5, "%s prepare", spec);
+        CHECK(tu_rel_l2(qpf + j * qf, qpr + j * qf, lead) < 1e-5, "%s prepare", spec);
     /* without a rotation the rows are the same input: the whole prepared rows
      * (8-bit queries of the tq family included) must be identical */
     if (strstr(spec, "+norot"))
@@ -82,13 +74,13 @@ static void check_method(const char *spec, int d, size_t n, int nq, kvq_isa isa,
     /* kernels on the same (reference) codes */
     CHECK_OK(kvq_score(ref, qpr, nq, cr, n, sr));
     CHECK_OK(kvq_score(fast, qpr, nq, cr, n, sf));
-    double e = rel_diff(sf, sr, nq * n);
+    double e = tu_rel_l2(sf, sr, nq * n);
     CHECK(e < 1e-5, "%s d=%d n=%zu nq=%d isa=%s score rel diff %.3g", spec, d, n, nq, kvq_isa_name(isa), e);
     if (kvq_plan_can_decode(ref)) {
         for (size_t i = 0; i < nq * n; i++) w[i] = (float)tu_uniform(r);
         CHECK_OK(kvq_accumulate(ref, w, nq, cr, n, ar));
         CHECK_OK(kvq_accumulate(fast, w, nq, cr, n, af));
-        e = rel_diff(af, ar, (size_t)nq * d);
+        e = tu_rel_l2(af, ar, (size_t)nq * d);
         /* AVX-512 VNNI plans of the tq family accumulate with weights rounded
          * to 16 bits per row and run (tq_vnni_x86.c): each weight moves by a
          * uniform error of <= 2^-17 of the row's largest (RMS 4.4e-6 of it),
@@ -99,11 +91,11 @@ static void check_method(const char *spec, int d, size_t n, int nq, kvq_isa isa,
         CHECK(e < (int_v ? 3e-5 : 1e-5), "%s d=%d n=%zu isa=%s accumulate rel diff %.3g", spec, d, n, kvq_isa_name(isa), e);
         CHECK_OK(kvq_decode(ref, cr, n, dr));
         CHECK_OK(kvq_decode(fast, cr, n, df));
-        e = rel_diff(df, dr, n * d);
+        e = tu_rel_l2(df, dr, n * d);
         CHECK(e < 1e-5, "%s d=%d isa=%s decode rel diff %.3g", spec, d, kvq_isa_name(isa), e);
         /* the fast encoder's codes reconstruct as well as the reference's */
         CHECK_OK(kvq_decode(ref, cf, n, df));
-        e = rel_diff(df, dr, n * d);
+        e = tu_rel_l2(df, dr, n * d);
         CHECK(e < 2e-2, "%s d=%d isa=%s encode: decoded rel diff %.3g", spec, d, kvq_isa_name(isa), e);
     }
     free(cr);

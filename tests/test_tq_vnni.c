@@ -118,14 +118,6 @@ out:
     kvq_plan_free(p);
 }
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double e = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        s += (double)b[i] * b[i];
-    }
-    return s > 0 ? sqrt(e / s) : sqrt(e);
-}
 
 static void check_qjl(const char *spec, int d, size_t n, size_t nq, tu_rng *r) {
     kvq_plan *p = NULL, *ref = NULL;
@@ -142,7 +134,7 @@ static void check_qjl(const char *spec, int d, size_t n, size_t nq, tu_rng *r) {
     for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(ref, q + j * d, qp + j * qf));
     CHECK_OK(kvq_score(ref, qp, nq, codes, n, sr));
     CHECK_OK(kvq_score(p, qp, nq, codes, n, sf));
-    double e = rel_diff(sf, sr, nq * n);
+    double e = tu_rel_l2(sf, sr, nq * n);
     CHECK(e < 1e-5, "%s d=%d n=%zu nq=%zu: scores rel diff %.3g", spec, d, n, nq, e);
     free(x);
     free(q);

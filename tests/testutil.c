@@ -31,3 +31,12 @@ double tu_laplace(tu_rng *r) {
     double mag = -log(1.0 - 2.0 * fabs(u) + 1e-300) / sqrt(2.0);
     return u < 0 ? -mag : mag;
 }
+
+double tu_rel_l2(const float *a, const float *b, size_t n) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return s > 0 ? sqrt(e / s) : sqrt(e);
+}

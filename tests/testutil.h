@@ -33,4 +33,7 @@ uint64_t tu_next(tu_rng *r);
 double tu_uniform(tu_rng *r);   /* [0, 1) */
 double tu_gauss(tu_rng *r);     /* N(0, 1) */
 double tu_laplace(tu_rng *r);   /* unit-variance Laplacian */
+
+/* |a - b| / |b| (L2, in double; |a - b| when b is zero). */
+double tu_rel_l2(const float *a, const float *b, size_t n);
 #endif
