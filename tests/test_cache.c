@@ -55,10 +55,11 @@ static double worst_row_err(const float *a, const double *b, size_t rows, int d)
 }
 
 /* 1 if the plan scores with 8-bit queries (tq codebooks of <= 4 bits, also
- * inside +outliers): its scores are its own estimator, not <q, decoded k>
- * (test_codec_methods bounds the difference). */
+ * inside +outliers; q8 and q4, qblk.h): its scores are its own estimator, not
+ * <q, decoded k> (test_codec_methods and test_qblk_vnni bound the difference). */
 static int int_scores(const kvq_plan *p) {
     const char *s = kvq_plan_spec(p);
+    if (!strncmp(s, "q8", 2) || !strncmp(s, "q4", 2)) return 1;
     int b = 0;
     if (!strncmp(s, "tq-mse:", 7)) b = atoi(s + 7);
     else if (!strncmp(s, "tq-prod:", 8)) b = atoi(s + 8) - 1;
@@ -380,8 +381,10 @@ static void test_simd_threads(kvq_pool *pool2, kvq_pool *pool3) {
          * max weight / mean weight (~10-30 for these queries): measured
          * 4-6e-5, bound 3e-4 (the codecs' own errors are 1e-1; a wrong token,
          * coordinate or scale would be O(1)). test_tq_vnni checks the kernel
-         * against an exact emulation to 1e-6. */
-        const int int_v = kvq_cpu_has_int8_dot() && (!strncmp(pairs[pi][1], "tq-mse", 6) || !strncmp(pairs[pi][1], "rvq", 3));
+         * against an exact emulation to 1e-6. q8 / q4 values the same way
+         * (qblk_vnni_x86.c, weights per row, run and block; test_qblk_vnni). */
+        const int int_v = kvq_cpu_has_int8_dot() && (!strncmp(pairs[pi][1], "tq-mse", 6) || !strncmp(pairs[pi][1], "rvq", 3) ||
+                                                     !strncmp(pairs[pi][1], "q8", 2) || !strncmp(pairs[pi][1], "q4", 2));
         CHECK(es <= (int_v ? 3e-4 : 1e-5), "SIMD vs scalar k=%s v=%s d=%d: rel err %.3g", pairs[pi][0], pairs[pi][1], d, es);
         free(k);
         free(v);

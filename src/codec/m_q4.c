@@ -3,13 +3,22 @@
  * (llama.cpp q4_1, MLX kv_bits=4): x ≈ min + scale * q, q in 0..15,
  * scale = (max - min) / 15. Record: [nb x (f16 scale, f16 min) | d/2 bytes],
  * value c of a block in the low nibble of byte c/2 when c is even.
- * 5 bits per value (4 + 32/32). No rotation. SIMD kernels in q4_kernels_x86.c
- * (decode-based references here).
+ * 5 bits per value (4 + 32/32). No rotation.
+ * Scores use an 8-bit query with one scale per block, as llama.cpp's q4_1 x
+ * q8_1 dot: s = sum_b sq_b * (ks_b * sum q8_c n_c + km_b * sum q8_c), the
+ * block sums exact integers (qblk.h: prepared row, whose q8 bytes are in
+ * nibble order, order of the float operations, error bound). The query
+ * rounding adds a relative score error of ~1e-3 (docs/METHODS.md), far
+ * below the 4-bit key's own.
+ * Reference kernels here (score_ref: the defining integer arithmetic;
+ * decode-based accumulate), SIMD in q4_kernels_x86.c (AVX2 maddubs scores,
+ * float accumulate) and qblk_vnni_x86.c (AVX-512 VNNI).
  */
 #include <math.h>
 #include <string.h>
 
 #include "codec_internal.h"
+#include "qblk.h"
 
 #define QB 32
 
@@ -52,7 +61,31 @@ static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
     }
 }
 
-static void prep(const kvq_plan *p, const float *q, float *qp) { memcpy(qp, q, (size_t)p->d * 4); }
+static void prep(const kvq_plan *p, const float *q, float *qp) { qblk_prep(p->d, 1, q, qp, p->isa); }
+
+/* The definition of a q4 score (qblk.h). */
+static void score_ref(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    const int d = p->d, nb = nblocks(d);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * p->code_bytes, *q = rec + 4 * nb;
+        for (size_t j = 0; j < nq; j++) {
+            const float *row = qp + j * p->qfloats;
+            const int8_t *q8 = qblk_q8(row, nb);
+            float s = 0;
+            for (int b = 0; b < nb; b++) {
+                const int lo = b * QB, hi = lo + QB < d ? lo + QB : d;
+                int32_t N = 0;
+                for (int c = lo; c < hi; c++) N += q8[qblk_q4pos(c)] * ((q[c / 2] >> (4 * (c & 1))) & 15);
+                uint16_t hs, hm;
+                memcpy(&hs, rec + 4 * b, 2);
+                memcpy(&hm, rec + 4 * b + 2, 2);
+                const float inner = fmaf(kvq_f16_to_f32(hs), (float)N, kvq_f16_to_f32(hm) * row[nb + b]);
+                s = fmaf(row[b], inner, s);
+            }
+            scores[j * n + i] = s;
+        }
+    }
+}
 
 void q4_kernels_select(kvq_plan *p);
 
@@ -60,11 +93,11 @@ static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
     if (rc) return rc;
     p->code_bytes = 4 * (size_t)nblocks(p->d) + (size_t)p->d / 2;
-    p->qfloats = (size_t)p->d;
+    p->qfloats = QBLK_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
     p->prep = prep;
-    p->score = generic_score;
+    p->score = score_ref;
     p->accum = generic_accum;
     q4_kernels_select(p);
     return KVQ_OK;

@@ -3,11 +3,20 @@
  * q8_0, MLX kv_bits=8). scale = max|x| / 127, q = round(x / scale).
  * Record: [nb f16 scales | d int8]; nb = ceil(d/32); 8.5 bits per value.
  * No rotation.
+ * Scores use an 8-bit query with one scale per block, as llama.cpp's q8_0 x
+ * q8_0 dot: s = sum_b (ks_b * sq_b) * sum_{c in b} q8_c * k8_c, the block
+ * sums exact integers (qblk.h: prepared row, order of the float operations,
+ * error bound). The query rounding adds a relative score error of ~1e-3
+ * (docs/METHODS.md), about the size of the key's own int8 rounding.
+ * Reference kernels here (score_ref: the defining integer arithmetic;
+ * decode-based accumulate), SIMD in q8_kernels_x86.c (AVX2 maddubs scores,
+ * float accumulate) and qblk_vnni_x86.c (AVX-512 VNNI).
  */
 #include <math.h>
 #include <string.h>
 
 #include "codec_internal.h"
+#include "qblk.h"
 
 #define QB 32
 
@@ -46,7 +55,30 @@ static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
     }
 }
 
-static void prep(const kvq_plan *p, const float *q, float *qp) { memcpy(qp, q, (size_t)p->d * 4); }
+static void prep(const kvq_plan *p, const float *q, float *qp) { qblk_prep(p->d, 0, q, qp, p->isa); }
+
+/* The definition of a q8 score (qblk.h). */
+static void score_ref(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    const int d = p->d, nb = nblocks(d);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * p->code_bytes;
+        const int8_t *k8 = (const int8_t *)(rec + 2 * nb);
+        for (size_t j = 0; j < nq; j++) {
+            const float *row = qp + j * p->qfloats;
+            const int8_t *q8 = qblk_q8(row, nb);
+            float s = 0;
+            for (int b = 0; b < nb; b++) {
+                const int lo = b * QB, hi = lo + QB < d ? lo + QB : d;
+                int32_t I = 0;
+                for (int c = lo; c < hi; c++) I += q8[c] * k8[c];
+                uint16_t h;
+                memcpy(&h, rec + 2 * b, 2);
+                s = fmaf(kvq_f16_to_f32(h) * row[b], (float)I, s);
+            }
+            scores[j * n + i] = s;
+        }
+    }
+}
 
 void q8_kernels_select(kvq_plan *p);
 
@@ -54,11 +86,11 @@ static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
     if (rc) return rc;
     p->code_bytes = 2 * (size_t)nblocks(p->d) + (size_t)p->d;
-    p->qfloats = (size_t)p->d;
+    p->qfloats = QBLK_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
     p->prep = prep;
-    p->score = generic_score;
+    p->score = score_ref;
     p->accum = generic_accum;
     q8_kernels_select(p);
     return KVQ_OK;

@@ -1,8 +1,11 @@
-/* AVX-512 / AVX2 kernels of q4 (4-bit, f16 scale and min per 32 values):
- * 16 (8) values decoded in registers, 4 queries per record pass. */
+/* AVX2 / AVX-512 kernels of q4 (4-bit, f16 scale and min per 32 values):
+ * integer scores with 8-bit queries (AVX2, also used by AVX-512 CPUs without
+ * VNNI); float value accumulation with 16 (8) values decoded in registers.
+ * AVX-512 VNNI: qblk_vnni_x86.c. */
 #include <string.h>
 
 #include "codec_internal.h"
+#include "qblk.h"
 #include "simd_util.h"
 
 #if KVQ_X86
@@ -33,32 +36,6 @@ KVQ_TARGET_AVX512 static inline void q4_vals32(const uint8_t *rec, int nb, int c
     const __m512 vs = _mm512_set1_ps(s), vm = _mm512_set1_ps(m);
     *v0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), vs, vm);
     *v1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))), vs, vm);
-}
-
-KVQ_TARGET_AVX512 static void score512_32(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
-                                          float *scores) {
-    const int d = p->d, nb = d / 32;
-    const size_t qs = p->qfloats;
-    for (size_t j0 = 0; j0 < nq; j0 += 4) {
-        const float *q0 = qp + j0 * qs;
-        const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;
-        const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;
-        for (size_t i = 0; i < n; i++) {
-            const uint8_t *rec = codes + i * p->code_bytes;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int c = 0; c < d; c += 32) {
-                __m512 v0, v1;
-                q4_vals32(rec, nb, c, &v0, &v1);
-                a0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q0 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q0 + c + 16), a0));
-                a1 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q1 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q1 + c + 16), a1));
-                a2 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q2 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q2 + c + 16), a2));
-                a3 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q3 + c), _mm512_fmadd_ps(v1, _mm512_loadu_ps(q3 + c + 16), a3));
-            }
-            float s[4];
-            _mm_storeu_ps(s, hsum4_512(a0, a1, a2, a3));
-            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];
-        }
-    }
 }
 
 /* acc rows += w * values: 64 coordinates x 4 queries in registers, each
@@ -102,32 +79,6 @@ KVQ_TARGET_AVX2 static inline __m256 q4_vals8(const uint8_t *rec, int nb, int c)
     return _mm256_fmadd_ps(q, _mm256_set1_ps(s), _mm256_set1_ps(m));
 }
 
-#define Q4_SCORE(NAME, TARGET, VT, W, ZERO, FMA, LOADQ, VALS, HSUM4)                                       \
-    TARGET static void NAME(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, \
-                            float *scores) {                                                               \
-        const int d = p->d, nb = (d + 31) / 32;                                                            \
-        const size_t qs = p->qfloats;                                                                      \
-        for (size_t j0 = 0; j0 < nq; j0 += 4) {                                                            \
-            const float *q0 = qp + j0 * qs;                                                                \
-            const float *q1 = j0 + 1 < nq ? q0 + qs : q0, *q2 = j0 + 2 < nq ? q0 + 2 * qs : q0;             \
-            const float *q3 = j0 + 3 < nq ? q0 + 3 * qs : q0;                                              \
-            for (size_t i = 0; i < n; i++) {                                                               \
-                const uint8_t *rec = codes + i * p->code_bytes;                                            \
-                VT a0 = ZERO, a1 = a0, a2 = a0, a3 = a0;                                                   \
-                for (int c = 0; c < d; c += W) {                                                           \
-                    VT v = VALS(rec, nb, c);                                                               \
-                    a0 = FMA(v, LOADQ(q0 + c), a0);                                                        \
-                    a1 = FMA(v, LOADQ(q1 + c), a1);                                                        \
-                    a2 = FMA(v, LOADQ(q2 + c), a2);                                                        \
-                    a3 = FMA(v, LOADQ(q3 + c), a3);                                                        \
-                }                                                                                          \
-                float s[4];                                                                                \
-                _mm_storeu_ps(s, HSUM4(a0, a1, a2, a3));                                                   \
-                for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = s[j - j0];              \
-            }                                                                                              \
-        }                                                                                                  \
-    }
-
 #define Q4_ACCUM(NAME, TARGET, VT, W, FMA, LOADA, STOREA, SET1, VALS)                                       \
     TARGET static void NAME(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,  \
                             float *acc) {                                                                  \
@@ -159,14 +110,58 @@ KVQ_TARGET_AVX2 static inline __m256 q4_vals8(const uint8_t *rec, int nb, int c)
         }                                                                                                  \
     }
 
-Q4_SCORE(score512, KVQ_TARGET_AVX512, __m512, 16, _mm512_setzero_ps(), _mm512_fmadd_ps, _mm512_loadu_ps, q4_vals16, hsum4_512)
 Q4_ACCUM(accum512, KVQ_TARGET_AVX512, __m512, 16, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, q4_vals16)
-Q4_SCORE(score256, KVQ_TARGET_AVX2, __m256, 8, _mm256_setzero_ps(), _mm256_fmadd_ps, _mm256_loadu_ps, q4_vals8, hsum4_256)
 Q4_ACCUM(accum256, KVQ_TARGET_AVX2, __m256, 8, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, q4_vals8)
 
+/* Integer scores (qblk.h), 4 query rows per pass: per block, the 16 data
+ * bytes give the low nibbles (even coordinates) and the high ones (odd), in
+ * the order of the prepared q8 bytes; maddubs (pairs <= 2 * 15 * 127), madd
+ * to int32, one 4-row horizontal sum, then the block's float fmas. */
+KVQ_TARGET_AVX2 static void score256(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
+                                     float *scores) {
+    const int d = p->d, nb = qblk_nb(d), tail = d - 32 * (nb - 1);
+    const size_t qs = p->qfloats;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m128i m15 = _mm_set1_epi8(15);
+    const __m128i tmask = _mm_cmpgt_epi32(_mm_set1_epi32(tail / 8), _mm_setr_epi32(0, 1, 2, 3));
+    for (size_t j0 = 0; j0 < nq; j0 += 4) {
+        const float *q[4];
+        for (size_t j = 0; j < 4; j++) q[j] = qp + (j0 + (j0 + j < nq ? j : 0)) * qs;
+        const int8_t *q8[4] = {qblk_q8(q[0], nb), qblk_q8(q[1], nb), qblk_q8(q[2], nb), qblk_q8(q[3], nb)};
+        __m128 sqv[KVQ_DIM_MAX / 32], sbv[KVQ_DIM_MAX / 32];
+        for (int b = 0; b < nb; b++) {
+            sqv[b] = _mm_setr_ps(q[0][b], q[1][b], q[2][b], q[3][b]);
+            sbv[b] = _mm_setr_ps(q[0][nb + b], q[1][nb + b], q[2][nb + b], q[3][nb + b]);
+        }
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *rec = codes + i * p->code_bytes, *nib = rec + 4 * nb;
+            __m128 s = _mm_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const __m128i raw = b < nb - 1 || tail == 32 ? _mm_loadu_si128((const __m128i *)(nib + 16 * b))
+                                                             : _mm_maskload_epi32((const int *)(const void *)(nib + 16 * b), tmask);
+                const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m15), _mm_and_si128(raw, m15));
+                __m256i N[4];
+                for (int j = 0; j < 4; j++)
+                    N[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8[j] + 32 * b))), ones);
+                float ks, km;
+                blk(rec, 32 * b, &ks, &km);
+                const __m128 inner = _mm_fmadd_ps(_mm_set1_ps(ks), _mm_cvtepi32_ps(qblk_hsum4_epi32(N[0], N[1], N[2], N[3])),
+                                                  _mm_mul_ps(_mm_set1_ps(km), sbv[b]));
+                s = _mm_fmadd_ps(sqv[b], inner, s);
+            }
+            float o[4];
+            _mm_storeu_ps(o, s);
+            for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = o[j - j0];
+        }
+    }
+}
+
 void q4_kernels_select(kvq_plan *p) {
-    if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
-        p->score = p->d % 32 == 0 ? score512_32 : score512;
+    if (p->vnni) {
+        p->score = p->d % 16 == 0 ? q4_score_vnni : score256;
+        p->accum = q4_accum_vnni;
+    } else if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
+        p->score = score256;
         p->accum = p->d % 64 == 0 ? accum512_64 : accum512;
     } else if (p->isa >= KVQ_ISA_AVX2) {
         p->score = score256;

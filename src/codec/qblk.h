@@ -1,0 +1,67 @@
+/*
+ * Block-quantized methods q8 (llama.cpp q8_0) and q4 (q4_1): 8-bit queries
+ * and integer scores, as llama.cpp's CPU attention converts Q to the K type's
+ * vec_dot_type (q8_0 for q8_0, q8_1 for q4_1).
+ *
+ * The query is quantized per block b of 32 coordinates (the records' blocks):
+ *   sq_b = max_{c in b} |q_c| / 127,  q8_c = round(q_c / sq_b)   (to nearest even)
+ * and a score is, in this order of float operations (fmaf: one rounding):
+ *   q8:  s = 0; for b: s = fmaf(ks_b * sq_b, (float) I_b, s)
+ *        I_b = sum_{c in b} q8_c * k8_c                      (exact int32)
+ *   q4:  s = 0; for b: s = fmaf(sq_b, fmaf(ks_b, (float) N_b, km_b * (float) S_b), s)
+ *        N_b = sum_{c in b} q8_c * n_c,  S_b = sum_{c in b} q8_c   (exact)
+ * (ks_b, km_b: the record's f16 block scale and min as floats). |I_b| <=
+ * 32 * 127 * 128 < 2^24 and |N_b| < 2^16, so the sums are exact in int32 and
+ * in float alike: every path (scalar reference, AVX2 maddubs, AVX-512 VNNI
+ * token lanes) computes the same integers and combines them with the same
+ * float operations, so all agree bit for bit.
+ *
+ * Error: |q_c - sq_b q8_c| <= sq_b / 2 (+ float rounding), so
+ * |score - <q, k^>| <= sum_b (sq_b / 2) sum_{c in b} |k^_c| (k^ the decoded
+ * key); on Gaussian data ~1e-3 |q||k^| (measured: docs/METHODS.md).
+ *
+ * Prepared row (QBLK_QFLOATS(d) floats, nb = ceil(d / 32)):
+ *   [0, nb)          sq_b
+ *   [nb, 2 nb)       S_b = sum of the block's q8 (an exact integer)
+ *   [2 nb, 10 nb)    32 nb int8 q8 bytes, zero past d. q8: byte 32 b + r is
+ *                    coordinate 32 b + r. q4: the block's 16 even coordinates,
+ *                    then its 16 odd ones (byte 32 b + 16 (r & 1) + r / 2),
+ *                    the order of a block's low and high nibbles.
+ * A block holding a NaN gets sq_b = NaN (the scores are NaN, as with float
+ * queries); a block whose largest |q_c| is below 1e-30 is all zero.
+ */
+#ifndef KVQ_QBLK_H
+#define KVQ_QBLK_H
+#include <stdint.h>
+
+#include "codec_internal.h"
+#include "simd_util.h"
+
+#define QBLK 32
+static inline int qblk_nb(int d) { return (d + QBLK - 1) / QBLK; }
+#define QBLK_QFLOATS(d) (10 * (size_t)qblk_nb(d))
+static inline const int8_t *qblk_q8(const float *row, int nb) { return (const int8_t *)(const void *)(row + 2 * nb); }
+/* byte of coordinate c in a q4-ordered prepared row */
+static inline int qblk_q4pos(int c) { return (c & ~31) + ((c & 1) << 4) + ((c & 31) >> 1); }
+
+/* Prepared row of q (d floats) into qp; q4 != 0: q4 byte order. Scalar, or
+ * AVX2 (same bytes and floats) when isa >= AVX2. */
+void qblk_prep(int d, int q4, const float *q, float *qp, kvq_isa isa);
+
+#if KVQ_X86
+/* [sum a, sum b, sum c, sum d] of four 8-lane int32 vectors (AVX2 scores). */
+KVQ_TARGET_AVX2 static inline __m128i qblk_hsum4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    const __m256i t = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+#endif
+
+/* AVX-512 VNNI + VBMI kernels (qblk_vnni_x86.c): scores with lanes = 16
+ * records (q4: d % 16 == 0), values by integer dot products over tokens. */
+void q8_score_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
+void q4_score_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
+void q8_accum_vnni(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+void q4_accum_vnni(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+#endif
