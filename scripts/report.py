@@ -501,15 +501,24 @@ def summary(d, title, images):
     nkey = next((k for k in NEEDLE_KEYS if any(num(r.get(k)) or isinstance(r.get(k), bool) for r in needle)), None)
     pols = order_policies(bench + list(kld.values()) + list(ppl.values()) + list(mem.values()) + gen + needle)
     maxctx = max((r["ctx"] for r in bench if "ctx" in r), default=None)
-    f16ppl = ppl.get("f16", {}).get("ppl") or kld.get("f16", {}).get("ppl_base")
+    # base perplexities: kld's (its text) and ppl's (its text, e.g. the code corpus)
+    kld_f16ppl = next((r.get("ppl_base") for r in kld.values() if num(r.get("ppl_base"))), None)
+    ppl_f16ppl = ppl.get("f16", {}).get("ppl")
+
+    def ppl_cell(pp, base, p):
+        rel = " (%+.2f%%)" % (100 * (pp / base - 1)) if num(pp) and num(base) and p != "f16" else ""
+        return fmt(pp, ".3f") + rel
 
     if pols:
         s.append("## Overview\n\n")
         hdr = ["policy", "bits/value"]
         if kld:
-            hdr += ["KLD", "top-1", "ppl"]
-        elif ppl:
-            hdr += ["ppl"]
+            ktext = next((r.get("text") for r in kld.values() if r.get("text")), None)
+            hdr += ["KLD", "top-1", "ppl %s" % ktext if ppl and ktext else "ppl"]
+        if ppl:
+            ptext = next((r.get("text") for r in ppl.values() if r.get("text")), None)
+            ktext = next((r.get("text") for r in kld.values() if r.get("text")), None)
+            hdr += ["ppl %s" % ptext if kld and ptext and ptext != ktext else "ppl"]
         if maxctx:
             hdr += ["prefill ×f16 @%d" % maxctx, "decode ×f16 @%d" % maxctx]
         if mem:
@@ -524,13 +533,10 @@ def summary(d, title, images):
             row = [p, fmt(src.get("bits_per_value"), ".3f")]
             if kld:
                 k = kld.get(p, {})
-                pp = k.get("ppl")
-                rel = " (%+.2f%%)" % (100 * (pp / f16ppl - 1)) if num(pp) and num(f16ppl) and p != "f16" else ""
-                row += [fmt(k.get("kld"), ".4g"), fmt(k.get("top1"), ".4f"), fmt(pp, ".3f") + rel]
-            elif ppl:
-                pp = ppl.get(p, {}).get("ppl")
-                rel = " (%+.2f%%)" % (100 * (pp / f16ppl - 1)) if num(pp) and num(f16ppl) and p != "f16" else ""
-                row += [fmt(pp, ".3f") + rel]
+                pp = k.get("ppl") if p != "f16" else kld_f16ppl
+                row += [fmt(k.get("kld"), ".4g"), fmt(k.get("top1"), ".4f"), ppl_cell(pp, kld_f16ppl, p)]
+            if ppl:
+                row += [ppl_cell(ppl.get(p, {}).get("ppl"), ppl_f16ppl, p)]
             if maxctx:
                 b = next((r for r in bench if policy_name(r) == p and r.get("ctx") == maxctx), {})
                 row += [fmt(b.get("prefill_speedup"), ".2f"), fmt(b.get("gen_speedup"), ".2f")]
