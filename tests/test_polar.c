@@ -402,6 +402,66 @@ static void test_simd_vs_scalar(void) {
         }
 }
 
+/* The plan's kernels (AVX-512 record-lane / lane-expansion kernels where the
+ * CPU has them) against the scalar reference on record counts around the
+ * 16-record groups and the 256-record runs, every row count 1..8, the dims
+ * and bit widths that take different paths. Codes sit in exactly sized
+ * buffers (the sanitizer build catches reads past the last record). */
+static void test_kernel_sizes(void) {
+    static const int dims[] = {32, 48, 64, 80, 96, 128, 256};
+    static const size_t ns[] = {1, 15, 16, 17, 255, 256, 257};
+    static const char *specs[] = {"polar:3",          "polar:4",       "polar:5", "polar:6", "polar:7", "polar:8",
+                                  "polar+scale=norm", "polar+scale32", /* inner plans striding over longer rows */
+                                  "polar+outliers=8", "polar:3+outliers=16"};
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            const int d = dims[di];
+            char spec[40];
+            snprintf(spec, sizeof spec, "%s%s", specs[si], d & (d - 1) ? "+norot" : "");
+            kvq_plan *pv, *ps;
+            const size_t nmax = 257, nqmax = 8;
+            float *x = gauss_rows(nmax, d, 500 + d + si), *q = gauss_rows(nqmax, d, 600 + d);
+            const int calib = strstr(spec, "outliers") != NULL;
+            const int rc = kvq_plan_create(&pv, spec, d, 31, calib ? x : NULL, calib ? nmax : 0);
+            if (calib && d < 48 && rc == KVQ_ERR_INVALID_ARG) { /* fewer than 32 inner channels */
+                free(x), free(q);
+                continue;
+            }
+            CHECK(rc == 0, "%s d=%d: %s", spec, d, kvq_strerror(rc));
+            CHECK_OK(kvq_plan_clone_isa(&ps, pv, KVQ_ISA_SCALAR));
+            const size_t cb = kvq_plan_code_bytes(pv), qf = kvq_plan_query_floats(pv);
+            uint8_t *all = malloc(nmax * cb);
+            CHECK_OK(kvq_encode(ps, x, KVQ_DTYPE_F32, nmax, all));
+            float *qp = malloc(nqmax * qf * sizeof *qp), *s1 = malloc(nqmax * nmax * sizeof *s1),
+                  *s2 = malloc(nqmax * nmax * sizeof *s2), *w = malloc(nqmax * nmax * sizeof *w),
+                  *a1 = malloc(nqmax * d * sizeof *a1), *a2 = malloc(nqmax * d * sizeof *a2);
+            for (size_t j = 0; j < nqmax; j++) CHECK_OK(kvq_query_prepare(pv, q + j * d, qp + j * qf));
+            tu_rng r = {77 + (uint64_t)d};
+            for (size_t i = 0; i < nqmax * nmax; i++) w[i] = (float)tu_uniform(&r);
+            for (size_t k = 0; k < sizeof ns / sizeof *ns + nqmax; k++) {
+                /* every n with a row count that moves along, then every row count at n = 33 */
+                const size_t n = k < sizeof ns / sizeof *ns ? ns[k] : 33;
+                const size_t nq = k < sizeof ns / sizeof *ns ? 1 + (k + si + di) % nqmax : k - sizeof ns / sizeof *ns + 1;
+                uint8_t *codes = malloc(n * cb);
+                memcpy(codes, all + (nmax - n) * cb, n * cb);
+                CHECK_OK(kvq_score(pv, qp, nq, codes, n, s1));
+                CHECK_OK(kvq_score(ps, qp, nq, codes, n, s2));
+                for (size_t i = 0; i < nq * d; i++) a1[i] = a2[i] = (float)i / d;
+                CHECK_OK(kvq_accumulate(pv, w, nq, codes, n, a1));
+                CHECK_OK(kvq_accumulate(ps, w, nq, codes, n, a2));
+                double es = 0, ea = 0, ss = 0, sa = 0;
+                for (size_t i = 0; i < nq * n; i++) es = fmax(es, fabs(s1[i] - s2[i])), ss = fmax(ss, fabs(s2[i]));
+                for (size_t i = 0; i < nq * (size_t)d; i++) ea = fmax(ea, fabs(a1[i] - a2[i])), sa = fmax(sa, fabs(a2[i]));
+                CHECK(es <= 1e-5 * ss && ea <= 1e-5 * sa,
+                      "%s d=%d n=%zu nq=%zu: score diff %.3g (of %.3g), accum diff %.3g (of %.3g)", spec, d, n, nq, es,
+                      ss, ea, sa);
+                free(codes);
+            }
+            free(x), free(q), free(all), free(qp), free(s1), free(s2), free(w), free(a1), free(a2);
+            kvq_plan_free(pv), kvq_plan_free(ps);
+        }
+}
+
 static void test_errors(void) {
     kvq_plan *p = NULL;
     static const int bad_dims[6] = {0, 16, 24, 30, 100, 520};
@@ -448,6 +508,7 @@ int main(void) {
     test_quality();
     test_score_accum_determinism();
     test_simd_vs_scalar();
+    test_kernel_sizes();
     test_errors();
     return tu_finish("test_polar");
 }

@@ -62,10 +62,15 @@
  * Score and accumulate: scalar and AVX2 decode one record at a time to a
  * stack buffer (the rotated domain) and take dot products / axpys there.
  * AVX-512 plans with VBMI and B <= 6 (16 | d) expand the levels in registers,
- * 16 lanes = (block, level-4 half) of 8 blocks, no value shuffles, 4 query
- * rows per record pass (see "AVX-512 VBMI score / accumulate" below); d = 128,
- * polar:4, 4 rows: score 80 -> 18 ns and accumulate 72 -> 17 ns per record
- * (f16: 17 and 9.5 ns). Other AVX-512 plans use the AVX2 kernels.
+ * 16 lanes = (block, level-4 half) of 8 blocks, no value shuffles, up to 4
+ * query rows per record pass (see "AVX-512 VBMI score / accumulate" below);
+ * below 128 coordinates 2 or 4 records share the 16 lanes (accum_rec_body).
+ * Scores of B <= 4 take lanes = 16 records and a per-call table per pair,
+ * T_p[k] = q_2p cos1[k] + q_2p+1 sin1[k]: one permute and one FMA per pair,
+ * row and 16 records (score_lane_body). d = 128, polar:4, 4 rows: score
+ * 80 -> 13 ns, accumulate 72 -> 17 ns per record; d = 64, 3 rows: 5.7 and
+ * 8.5 ns (f16: 12 / 9.5 and 6.8 / 4.8 ns). Other AVX-512 plans use the AVX2
+ * kernels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -514,6 +519,22 @@ KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t
  * coordinate order per call. */
 #if KVQ_X86
 #define POLAR_SBMAX (KVQ_DIM_MAX / 128)
+/* Record-lane scores (score_lane_body): one pass per super-block; the
+ * record bytes it reads are POLAR_LCH 16-byte chunks at most, transposed so
+ * that lane = record (X[4c + w] = dword w of chunk c). A block's fields sit
+ * in one dword each: X[x] >> s, then fixed shifts per angle. */
+#define POLAR_LCH 8
+#define POLAR_LCB 320 /* largest record of a record-lane plan (B = 4, d = 512, f32 radii: 312) */
+typedef struct {
+    uint8_t xr, sr;         /* radius */
+    uint8_t x1[2], s1[2];   /* level 1, the block's two halves (4 angles each) */
+    uint8_t x2, s2, x3, s3, x4, s4;
+} polar_lblk;
+typedef struct {
+    int nb, nch;                 /* blocks, chunks */
+    uint16_t choff[POLAR_LCH];   /* chunk offsets in a record (bytes) */
+    polar_lblk blk[8];
+} polar_lpass;
 typedef struct polar_fast {
     int nsb;                          /* super-blocks */
     int direct;                       /* B = 4, 128 | d: every lane's fields from broadcast loads (see fast_build) */
@@ -530,7 +551,97 @@ typedef struct polar_fast {
     uint64_t wmask[POLAR_LEVELS + 1][POLAR_SBMAX];        /* window byte masks (record bounds) */
     uint8_t rmask[POLAR_SBMAX];                           /* blocks present in super-block s */
     int16_t pos2c[KVQ_DIM_MAX];                           /* lane-order position -> coordinate, -1: none */
+    int lane;                                             /* record-lane scores (B <= 4): lp[] is set */
+    polar_lpass lp[POLAR_SBMAX];
+    /* Whole-record accumulate (accum_rec_body): pk records (pk * code_bytes
+     * <= 64, one super-block) in one zmm, lane 8h + pk·b + r = half h of
+     * block b of record r; per level a vpermb puts each lane's bytes in its
+     * dword (mperm), fields by per-lane shifts (msh). 0: not used. */
+    int pk;
+    size_t cb;             /* code bytes the tables were built for (+outliers later strides over longer rows) */
+    uint8_t mperm[POLAR_LEVELS + 1][64];
+    int32_t msh[POLAR_LEVELS + 1][4][16];
+    uint8_t mrad[64];      /* vpermb indices of each lane's radius: word (f16) or dword (f32) L */
+    uint16_t mlanes;       /* lanes of a present block */
+    int16_t mpos[128];     /* position 16z + lane -> coordinate (-1: none) */
 } polar_fast;
+
+/* Places the field [a, a + w) (bits from the record start) in a chunk of
+ * the pass: one that holds it inside one of its dwords, else a new chunk at
+ * byte a / 8. 0: more than POLAR_LCH chunks needed. */
+static int lane_field(polar_lpass *ps, size_t a, int w, uint8_t *xi, uint8_t *sh) {
+    for (int c = 0; c < ps->nch; c++) {
+        const size_t c0 = (size_t)ps->choff[c] * 8;
+        if (a < c0 || a + (size_t)w > c0 + 128 || (a - c0) % 32 + (size_t)w > 32) continue;
+        *xi = (uint8_t)(4 * c + (a - c0) / 32);
+        *sh = (uint8_t)((a - c0) % 32);
+        return 1;
+    }
+    if (ps->nch == POLAR_LCH || a % 8 + (size_t)w > 32) return 0;
+    ps->choff[ps->nch++] = (uint16_t)(a / 8);
+    return lane_field(ps, a, w, xi, sh);
+}
+
+/* The passes of the record-lane score kernel (B <= 4, L = 4). */
+static int lane_build(const kvq_plan *p, const polar_priv *P, polar_fast *F) {
+    const int d = p->d, nblk = d / 16, B = P->b[1], b2 = P->b[2];
+    const int sbits = (int)scale_bytes(p) * 8;
+    const size_t a0 = (size_t)P->m * scale_bytes(p) * 8; /* first angle bit */
+    if (B > 4 || p->code_bytes > POLAR_LCB) return 0;
+    for (int s = 0; s < F->nsb; s++) {
+        polar_lpass *ps = &F->lp[s];
+        ps->nb = nblk - 8 * s < 8 ? nblk - 8 * s : 8;
+        int ok = 1;
+        for (int b = 0; b < ps->nb; b++) ok &= lane_field(ps, (size_t)(8 * s + b) * sbits, sbits, &ps->blk[b].xr, &ps->blk[b].sr);
+        for (int b = 0; b < ps->nb; b++)
+            for (int h = 0; h < 2; h++)
+                ok &= lane_field(ps, a0 + (size_t)(8 * (8 * s + b) + 4 * h) * B, 4 * B, &ps->blk[b].x1[h], &ps->blk[b].s1[h]);
+        for (int b = 0; b < ps->nb; b++)
+            ok &= lane_field(ps, a0 + P->bitoff[2] + (size_t)(8 * s + b) * 4 * b2, 4 * b2, &ps->blk[b].x2, &ps->blk[b].s2);
+        for (int b = 0; b < ps->nb; b++)
+            ok &= lane_field(ps, a0 + P->bitoff[3] + (size_t)(8 * s + b) * 2 * b2, 2 * b2, &ps->blk[b].x3, &ps->blk[b].s3);
+        for (int b = 0; b < ps->nb; b++)
+            ok &= lane_field(ps, a0 + P->bitoff[4] + (size_t)(8 * s + b) * b2, b2, &ps->blk[b].x4, &ps->blk[b].s4);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* Tables of the whole-record accumulate (see polar_fast.pk). */
+static void rec_build(const kvq_plan *p, const polar_priv *P, polar_fast *F) {
+    const int nblk = p->d / 16, B = P->b[1], b2 = P->b[2], sb = (int)scale_bytes(p);
+    const size_t cb = p->code_bytes, a0 = (size_t)P->m * sb * 8;
+    int pk = 0;
+    for (int k = 4; k >= 1; k /= 2)
+        if (nblk <= 8 / k && (size_t)k * cb <= 64) {
+            pk = k;
+            break;
+        }
+    if (!pk) return;
+    F->pk = pk;
+    F->cb = cb;
+    memset(F->mpos, 0xff, sizeof F->mpos);
+    for (int lane = 0; lane < 16; lane++) {
+        const int h = lane >> 3, b = (lane & 7) / pk, r = lane % pk;
+        const size_t rb = (size_t)r * cb * 8; /* record r's first bit */
+        /* first field bit and field width of each level */
+        size_t f0[POLAR_LEVELS + 1];
+        int fw[POLAR_LEVELS + 1];
+        f0[1] = a0 + (size_t)(8 * b + 4 * h) * B, fw[1] = B;
+        f0[2] = a0 + P->bitoff[2] + (size_t)(4 * b + 2 * h) * b2, fw[2] = b2;
+        f0[3] = a0 + P->bitoff[3] + (size_t)(2 * b + h) * b2, fw[3] = b2;
+        f0[4] = a0 + P->bitoff[4] + (size_t)b * b2, fw[4] = b2;
+        const int present = b < nblk;
+        if (present) F->mlanes |= (uint16_t)(1u << lane);
+        for (int l = 1; l <= 4; l++) {
+            const size_t bit = present ? rb + f0[l] : 0, byte = bit / 8;
+            for (int k = 0; k < 4; k++) F->mperm[l][4 * lane + k] = (uint8_t)(byte + k < 64 ? byte + k : 63);
+            for (int m = 0; m < 4; m++) F->msh[l][m][lane] = (int32_t)(bit - 8 * byte) + m * fw[l];
+        }
+        for (int k = 0; k < sb; k++) F->mrad[sb * lane + k] = (uint8_t)(present ? r * cb + (size_t)b * sb + k : 0);
+        for (int z = 0; z < 8 && present; z++) F->mpos[16 * z + lane] = (int16_t)(16 * b + 8 * h + z);
+    }
+}
 
 static polar_fast *fast_build(const kvq_plan *p, const polar_priv *P) {
     const int d = p->d, nblk = d / 16;
@@ -586,6 +697,8 @@ static polar_fast *fast_build(const kvq_plan *p, const polar_priv *P) {
         const int s = t >> 7, z = (t >> 4) & 7, lane = t & 15, blk = 8 * s + (lane & 7);
         F->pos2c[t] = (int16_t)(blk < nblk ? 16 * blk + 8 * (lane >> 3) + z : -1);
     }
+    F->lane = lane_build(p, P, F);
+    rec_build(p, P, F);
     return F;
 }
 
@@ -724,83 +837,199 @@ KVQ_TARGET_POLAR PAI void score_fast_body(const kvq_plan *p, const float *qp, si
     }
 }
 
-/* Accumulate: per super-block, chunks of POLAR_ACH records in two passes
- * (b2 = 0, 1; 4 rows x 4 vectors in registers each). The first pass decodes
- * the upper levels and keeps R2[1] and the level-2 / level-1 words for the
- * second. */
+/* Accumulate rows j0 .. j0 + NR - 1 (NR <= 4): per super-block, chunks of
+ * POLAR_ACH records in two passes (b2 = 0, 1; NR rows x 4 vectors in
+ * registers each). The first pass decodes the upper levels and keeps R2[1]
+ * and the level-2 / level-1 words for the second. */
 #define POLAR_ACH 32
-KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
-                                          float *acc, const int B, const int D) {
+KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, size_t j0, const uint8_t *codes, size_t n,
+                                          float *acc, const int B, const int D, const int NR) {
     const polar_priv *P = p->priv;
     const polar_fast *F = P->fast;
     const polar_tabs T = tabs_load(P, F);
     const int nsb = F->nsb, sc32 = p->o.scale32, d = p->d;
     const size_t cb = p->code_bytes, ra = (size_t)P->m * scale_bytes(p);
-    float part[2][4][4][16] __attribute__((aligned(64)));
+    float part[2][4][4][16] __attribute__((aligned(64))); /* fixed sizes: NR-sized arrays would be VLAs */
     __m512 keep[POLAR_ACH][3];
-    for (size_t j0 = 0; j0 < nq; j0 += 4) {
-        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
-        const float *w0 = w + j0 * n, *w1 = m > 1 ? w0 + n : w0, *w2 = m > 2 ? w0 + 2 * n : w0,
-                    *w3 = m > 3 ? w0 + 3 * n : w0;
-        for (int s = 0; s < nsb; s++) {
-            memset(part, 0, sizeof part);
-            for (size_t c0 = 0; c0 < n; c0 += POLAR_ACH) {
-                const size_t ce = n - c0 < POLAR_ACH ? n : c0 + POLAR_ACH;
-                for (int b2 = 0; b2 < 2; b2++) {
-                    __m512 a[4][4];
-                    for (int j = 0; j < 4; j++)
-                        for (int z = 0; z < 4; z++) a[j][z] = _mm512_load_ps(part[b2][j][z]);
-                    for (size_t i = c0; i < ce; i++) {
-                        __m512 y[4];
-                        if (b2 == 0) {
-                            const uint8_t *rec = codes + i * cb;
-                            __m512 R2[2];
-                            __m512i x2, x1;
-                            fast_upper(F, &T, rec, rec + ra, s, sc32, B, -1, D, R2, &x2, &x1);
-                            keep[i - c0][0] = R2[1];
-                            keep[i - c0][1] = _mm512_castsi512_ps(x2);
-                            keep[i - c0][2] = _mm512_castsi512_ps(x1);
-                            fast_lower(F, &T, R2[0], x2, x1, 0, B, y);
-                        } else {
-                            fast_lower(F, &T, keep[i - c0][0], _mm512_castps_si512(keep[i - c0][1]),
-                                       _mm512_castps_si512(keep[i - c0][2]), 1, B, y);
-                        }
-                        const __m512 g0 = _mm512_set1_ps(w0[i]), g1 = _mm512_set1_ps(w1[i]);
-                        const __m512 g2 = _mm512_set1_ps(w2[i]), g3 = _mm512_set1_ps(w3[i]);
-#pragma GCC unroll 4
-                        for (int z = 0; z < 4; z++) {
-                            a[0][z] = _mm512_fmadd_ps(g0, y[z], a[0][z]);
-                            a[1][z] = _mm512_fmadd_ps(g1, y[z], a[1][z]);
-                            a[2][z] = _mm512_fmadd_ps(g2, y[z], a[2][z]);
-                            a[3][z] = _mm512_fmadd_ps(g3, y[z], a[3][z]);
-                        }
+    const float *wr[4];
+    for (int j = 0; j < NR; j++) wr[j] = w + (j0 + (size_t)j) * n;
+    for (int s = 0; s < nsb; s++) {
+        memset(part, 0, sizeof part);
+        for (size_t c0 = 0; c0 < n; c0 += POLAR_ACH) {
+            const size_t ce = n - c0 < POLAR_ACH ? n : c0 + POLAR_ACH;
+            for (int b2 = 0; b2 < 2; b2++) {
+                __m512 a[4][4];
+                for (int j = 0; j < NR; j++)
+                    for (int z = 0; z < 4; z++) a[j][z] = _mm512_load_ps(part[b2][j][z]);
+                for (size_t i = c0; i < ce; i++) {
+                    __m512 y[4];
+                    if (b2 == 0) {
+                        const uint8_t *rec = codes + i * cb;
+                        __m512 R2[2];
+                        __m512i x2, x1;
+                        fast_upper(F, &T, rec, rec + ra, s, sc32, B, -1, D, R2, &x2, &x1);
+                        keep[i - c0][0] = R2[1];
+                        keep[i - c0][1] = _mm512_castsi512_ps(x2);
+                        keep[i - c0][2] = _mm512_castsi512_ps(x1);
+                        fast_lower(F, &T, R2[0], x2, x1, 0, B, y);
+                    } else {
+                        fast_lower(F, &T, keep[i - c0][0], _mm512_castps_si512(keep[i - c0][1]),
+                                   _mm512_castps_si512(keep[i - c0][2]), 1, B, y);
                     }
-                    for (int j = 0; j < 4; j++)
-                        for (int z = 0; z < 4; z++) _mm512_store_ps(part[b2][j][z], a[j][z]);
-                }
-            }
-            for (size_t j = 0; j < m; j++) {
-                float *r = acc + (j0 + j) * (size_t)d;
-                for (int b2 = 0; b2 < 2; b2++)
+                    __m512 g[4];
+                    for (int j = 0; j < NR; j++) g[j] = _mm512_set1_ps(wr[j][i]);
+#pragma GCC unroll 4
                     for (int z = 0; z < 4; z++)
-                        for (int lane = 0; lane < 16; lane++) {
-                            const int c = F->pos2c[s * 128 + (4 * b2 + z) * 16 + lane];
-                            if (c >= 0) r[c] += part[b2][j][z][lane];
-                        }
+#pragma GCC unroll 4
+                        for (int j = 0; j < NR; j++) a[j][z] = _mm512_fmadd_ps(g[j], y[z], a[j][z]);
+                }
+                for (int j = 0; j < NR; j++)
+                    for (int z = 0; z < 4; z++) _mm512_store_ps(part[b2][j][z], a[j][z]);
             }
+        }
+        for (int j = 0; j < NR; j++) {
+            float *r = acc + (j0 + (size_t)j) * (size_t)d;
+            for (int b2 = 0; b2 < 2; b2++)
+                for (int z = 0; z < 4; z++)
+                    for (int lane = 0; lane < 16; lane++) {
+                        const int c = F->pos2c[s * 128 + (4 * b2 + z) * 16 + lane];
+                        if (c >= 0) r[c] += part[b2][j][z][lane];
+                    }
         }
     }
 }
+
+/*
+ * Accumulate, whole records (polar_fast.pk): the pk records of a group come
+ * in one masked 64-byte load; per level one vpermb gives every lane its
+ * bytes (no per-level windows), the radii one vpermw (f16) or vpermd (f32).
+ * The expansion is fast_upper / fast_lower's (same products, same order);
+ * the weights of a lane's record come from one broadcast (pk = 2: the two
+ * records' weights as a qword, lanes alternate; pk = 4: four floats). NR
+ * rows (1..4) per expansion, two passes (b2 = 0, 1) of NR x 4 accumulators
+ * per chunk of POLAR_ACH groups as in accum_fast_body.
+ */
+KVQ_TARGET_POLAR PAI __m512i mfield(const polar_fast *F, __m512i x, int l, int m) {
+    return _mm512_srlv_epi32(x, _mm512_loadu_si512(F->msh[l][m]));
+}
+
+KVQ_TARGET_POLAR PAI void rec_lower(const polar_fast *F, const polar_tabs *T, __m512 R2, __m512i x2, __m512i x1, const int b2,
+                                    const int B, __m512 *y) {
+    const int n1 = 1 << B, n = 1 << (B - 2);
+    const __m512i i2 = mfield(F, x2, 2, b2);
+    const __m512 R1[2] = {_mm512_mul_ps(R2, plut(&T->c2, i2, n)), _mm512_mul_ps(R2, plut(&T->s2, i2, n))};
+    for (int b1 = 0; b1 < 2; b1++) {
+        const __m512i i1 = mfield(F, x1, 1, 2 * b2 + b1);
+        y[2 * b1] = _mm512_mul_ps(R1[b1], plut(T->c1, i1, n1));
+        y[2 * b1 + 1] = _mm512_mul_ps(R1[b1], plut(T->s1, i1, n1));
+    }
+}
+
+KVQ_TARGET_POLAR PAI __m512 rec_weight(const float *w, const int PK) {
+    if (PK == 1) return _mm512_set1_ps(w[0]);
+    if (PK == 2) {
+        double v;
+        memcpy(&v, w, 8);
+        return _mm512_castpd_ps(_mm512_set1_pd(v));
+    }
+    return _mm512_broadcast_f32x4(_mm_loadu_ps(w));
+}
+
+KVQ_TARGET_POLAR PAI void accum_rec_body(const kvq_plan *p, const float *w, size_t j0, const uint8_t *codes, size_t n,
+                                         float *acc, const int B, const int NR, const int PK) {
+    const polar_priv *P = p->priv;
+    const polar_fast *F = P->fast;
+    const polar_tabs T = tabs_load(P, F);
+    const int sc32 = p->o.scale32, nn = 1 << (B - 2);
+    const size_t cb = p->code_bytes, d = (size_t)p->d;
+    const __mmask16 lanes = F->mlanes;
+    float part[2][4][4][16] __attribute__((aligned(64))); /* fixed sizes: NR-sized arrays would be VLAs */
+    __m512 keep[POLAR_ACH][3];
+    const float *wr[4];
+    for (int j = 0; j < NR; j++) wr[j] = w + (j0 + (size_t)j) * n;
+    memset(part, 0, sizeof part);
+    const size_t chunk = (size_t)POLAR_ACH * PK;
+    const __mmask64 lmf = PK * cb >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (PK * cb)) - 1); /* PK records */
+    for (size_t c0 = 0; c0 < n; c0 += chunk) {
+        const size_t ce = n - c0 < chunk ? n : c0 + chunk;
+        for (int b2 = 0; b2 < 2; b2++) {
+            __m512 a[4][4];
+            for (int j = 0; j < NR; j++)
+                for (int z = 0; z < 4; z++) a[j][z] = _mm512_load_ps(part[b2][j][z]);
+            for (size_t i = c0, g = 0; i < ce; i += PK, g++) {
+                __m512 y[4];
+                if (b2 == 0) {
+                    const __mmask64 lm = i + PK <= n ? lmf : (((__mmask64)1 << ((n - i) * cb)) - 1);
+                    const __m512i R = _mm512_maskz_loadu_epi8(lm, codes + i * cb);
+                    const __m512i rb = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mrad), R);
+                    const __m512 rad = sc32 ? _mm512_maskz_mov_ps(lanes, _mm512_castsi512_ps(rb))
+                                            : _mm512_maskz_cvtph_ps(lanes, _mm512_castsi512_si256(rb));
+                    const __m512i x4 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[4]), R);
+                    const __m512i i4 = _mm512_ternarylogic_epi32(mfield(F, x4, 4, 0), _mm512_set1_epi32(nn - 1),
+                                                                 _mm512_loadu_si512(F->add4), 0xEA);
+                    const __m512 R3 = _mm512_mul_ps(rad, plut(T.t4, i4, 2 * nn));
+                    const __m512i i3 = mfield(F, _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[3]), R), 3, 0);
+                    const __m512 R20 = _mm512_mul_ps(R3, plut(&T.c3, i3, nn));
+                    const __m512i x2 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[2]), R);
+                    const __m512i x1 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[1]), R);
+                    keep[g][0] = _mm512_mul_ps(R3, plut(&T.s3, i3, nn));
+                    keep[g][1] = _mm512_castsi512_ps(x2);
+                    keep[g][2] = _mm512_castsi512_ps(x1);
+                    rec_lower(F, &T, R20, x2, x1, 0, B, y);
+                } else {
+                    rec_lower(F, &T, keep[g][0], _mm512_castps_si512(keep[g][1]), _mm512_castps_si512(keep[g][2]), 1, B,
+                              y);
+                }
+                __m512 g8[4];
+                if (i + PK <= n) {
+                    for (int j = 0; j < NR; j++) g8[j] = rec_weight(wr[j] + i, PK);
+                } else { /* the last group: weights past n are zero */
+                    for (int j = 0; j < NR; j++) {
+                        float wt[4] = {0, 0, 0, 0};
+                        for (size_t k = 0; k < n - i && k < 4; k++) wt[k] = wr[j][i + k];
+                        g8[j] = rec_weight(wt, PK);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int z = 0; z < 4; z++)
+#pragma GCC unroll 4
+                    for (int j = 0; j < NR; j++) a[j][z] = _mm512_fmadd_ps(g8[j], y[z], a[j][z]);
+            }
+            for (int j = 0; j < NR; j++)
+                for (int z = 0; z < 4; z++) _mm512_store_ps(part[b2][j][z], a[j][z]);
+        }
+    }
+    for (int j = 0; j < NR; j++) {
+        float *r = acc + (j0 + (size_t)j) * d;
+        for (int b2 = 0; b2 < 2; b2++)
+            for (int z = 0; z < 4; z++)
+                for (int lane = 0; lane < 16; lane++) {
+                    const int c = F->mpos[16 * (4 * b2 + z) + lane];
+                    if (c >= 0) r[c] += part[b2][j][z][lane];
+                }
+    }
+}
+
+#define DEF_REC_ACCUM(B, NR, PK)                                                                                     \
+    KVQ_TARGET_POLAR static void accum_rec_##B##_##NR##_##PK(const kvq_plan *p, const float *w, size_t j0,          \
+                                                             const uint8_t *codes, size_t n, float *acc) {           \
+        accum_rec_body(p, w, j0, codes, n, acc, B, NR, PK);                                                          \
+    }
+#define DEF_REC_ACCUM_B(B)                                                                                           \
+    DEF_REC_ACCUM(B, 1, 1) DEF_REC_ACCUM(B, 2, 1) DEF_REC_ACCUM(B, 3, 1) DEF_REC_ACCUM(B, 4, 1)                     \
+    DEF_REC_ACCUM(B, 1, 2) DEF_REC_ACCUM(B, 2, 2) DEF_REC_ACCUM(B, 3, 2) DEF_REC_ACCUM(B, 4, 2)                     \
+    DEF_REC_ACCUM(B, 1, 4) DEF_REC_ACCUM(B, 2, 4) DEF_REC_ACCUM(B, 3, 4) DEF_REC_ACCUM(B, 4, 4)
+DEF_REC_ACCUM_B(3) DEF_REC_ACCUM_B(4) DEF_REC_ACCUM_B(5) DEF_REC_ACCUM_B(6)
+#define REC_ACCUM_ROW(B) {{accum_rec_##B##_1_1, accum_rec_##B##_2_1, accum_rec_##B##_3_1, accum_rec_##B##_4_1},        \
+                          {accum_rec_##B##_1_2, accum_rec_##B##_2_2, accum_rec_##B##_3_2, accum_rec_##B##_4_2},        \
+                          {accum_rec_##B##_1_4, accum_rec_##B##_2_4, accum_rec_##B##_3_4, accum_rec_##B##_4_4}}
+
 
 #define POLAR_FAST_B(X) X(3) X(4) X(5) X(6)
 #define DEF_POLAR_FAST(B)                                                                                          \
     KVQ_TARGET_POLAR static void score_fast_##B(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, \
                                                 size_t n, float *scores) {                                         \
         score_fast_body(p, qp, nq, codes, 0, n, scores, B, 0);                                                         \
-    }                                                                                                               \
-    KVQ_TARGET_POLAR static void accum_fast_##B(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes,  \
-                                                size_t n, float *acc) {                                            \
-        accum_fast_body(p, w, nq, codes, n, acc, B, 0);                                                             \
     }
 POLAR_FAST_B(DEF_POLAR_FAST)
 /*
@@ -887,9 +1116,159 @@ KVQ_TARGET_POLAR static void score_fast_4d(const kvq_plan *p, const float *qp, s
     }
     if (n16 < n) score_fast_body(p, qp, nq, codes, n16, n, scores, 4, 1);
 }
-KVQ_TARGET_POLAR static void accum_fast_4d(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
-                                           float *acc) {
-    accum_fast_body(p, w, nq, codes, n, acc, 4, 1);
+
+/* accum_fast_body per (B, direct, rows): B = 3..6 with windows, B = 4 direct */
+#define DEF_FAST_ACCUM(NAME, B, D, NR)                                                                               \
+    KVQ_TARGET_POLAR static void NAME(const kvq_plan *p, const float *w, size_t j0, const uint8_t *codes, size_t n,  \
+                                      float *acc) {                                                                  \
+        accum_fast_body(p, w, j0, codes, n, acc, B, D, NR);                                                          \
+    }
+#define DEF_FAST_ACCUM_B(B, D, T)                                                                                    \
+    DEF_FAST_ACCUM(accum_fast_##T##_1, B, D, 1) DEF_FAST_ACCUM(accum_fast_##T##_2, B, D, 2)                          \
+    DEF_FAST_ACCUM(accum_fast_##T##_3, B, D, 3) DEF_FAST_ACCUM(accum_fast_##T##_4, B, D, 4)
+DEF_FAST_ACCUM_B(3, 0, 3) DEF_FAST_ACCUM_B(4, 0, 4) DEF_FAST_ACCUM_B(5, 0, 5) DEF_FAST_ACCUM_B(6, 0, 6)
+DEF_FAST_ACCUM_B(4, 1, 4d)
+#define FAST_ACCUM_ROW(T) {accum_fast_##T##_1, accum_fast_##T##_2, accum_fast_##T##_3, accum_fast_##T##_4}
+
+typedef void (*rows_accum_fn)(const kvq_plan *, const float *, size_t, const uint8_t *, size_t, float *);
+/* rows in ceil(nq / 4) groups of nearly equal size (nq = 6: 3 + 3), fn[nr - 1] per group */
+static void accum_rows(const kvq_plan *p, const rows_accum_fn fn[4], const float *w, size_t nq, const uint8_t *codes,
+                       size_t n, float *acc) {
+    const size_t ng = (nq + 3) / 4;
+    for (size_t g = 0, j0 = 0; g < ng; g++) {
+        const size_t nr = (nq - j0) / (ng - g) + ((nq - j0) % (ng - g) != 0);
+        fn[nr - 1](p, w, j0, codes, n, acc);
+        j0 += nr;
+    }
+}
+
+static void accum_fast(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
+    static const rows_accum_fn fn[5][4] = {FAST_ACCUM_ROW(3), FAST_ACCUM_ROW(4), FAST_ACCUM_ROW(5), FAST_ACCUM_ROW(6),
+                                           FAST_ACCUM_ROW(4d)};
+    const polar_priv *P = p->priv;
+    accum_rows(p, fn[P->fast->direct ? 4 : P->b[1] - 3], w, nq, codes, n, acc);
+}
+
+static void accum_rec(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
+    static const rows_accum_fn fn[4][3][4] = {REC_ACCUM_ROW(3), REC_ACCUM_ROW(4), REC_ACCUM_ROW(5), REC_ACCUM_ROW(6)};
+    const polar_priv *P = p->priv;
+    if (p->code_bytes != P->fast->cb) { /* records inside longer rows (+outliers): the per-record kernel */
+        accum_fast(p, w, nq, codes, n, acc);
+        return;
+    }
+    const int pk = P->fast->pk, pki = pk == 1 ? 0 : pk == 2 ? 1 : 2;
+    accum_rows(p, fn[P->b[1] - 3][pki], w, nq, codes, n, acc);
+}
+
+/*
+ * Scores with lanes = records (B <= 4, every 16 | d). 16 records at a time:
+ * the chunks of the pass (lane_build) are transposed (dwords16_transpose,
+ * the records in the order that makes lane i record i), then per block the
+ * upper levels expand lane-wise to the 8 pair radii R1 = rad·f4·f3·f2 (the
+ * scalar decode's products, in its order) and each pair adds R1·T_p[k1] to
+ * the score, T_p[k] = q_2p·cos1[k] + q_2p+1·sin1[k] (a table per call, row
+ * and pair; one vpermps + one FMA per pair, row and 16 records). No
+ * horizontal sums, no gathers. Rows in groups of NR <= 4 (one expansion per
+ * group); the last group of records goes through a zero-padded copy (the
+ * chunks read up to 15 bytes past a record).
+ */
+KVQ_TARGET_POLAR PAI __m512i srlc(__m512i x, int n) { return _mm512_srlv_epi32(x, _mm512_set1_epi32(n)); }
+
+KVQ_TARGET_POLAR PAI void score_lane_body(const kvq_plan *p, const float *qp, size_t j0, const uint8_t *codes, size_t n,
+                                          float *scores, const int B, const int NR) {
+    const polar_priv *P = p->priv;
+    const polar_fast *F = P->fast;
+    const int sc32 = p->o.scale32, b2 = B - 2;
+    const size_t cb = p->code_bytes, qs = p->qfloats;
+    float tab[4][64][16] __attribute__((aligned(64))); /* fixed sizes: NR-sized arrays would be VLAs */
+    uint8_t pad[16 * POLAR_LCB + 16];
+    const __m512 c1 = _mm512_loadu_ps(F->ct[1]), s1 = _mm512_loadu_ps(F->st[1]);
+    const __m512 c2 = _mm512_loadu_ps(F->ct[2]), s2 = _mm512_loadu_ps(F->st[2]);
+    const __m512 c3 = _mm512_loadu_ps(F->ct[3]), s3 = _mm512_loadu_ps(F->st[3]);
+    const __m512 c4 = _mm512_loadu_ps(F->ct[4]), s4 = _mm512_loadu_ps(F->st[4]);
+    for (int s = 0; s < F->nsb; s++) {
+        const polar_lpass *ps = &F->lp[s];
+        for (int j = 0; j < NR; j++) {
+            const float *q = qp + (j0 + (size_t)j) * qs + 128 * (size_t)s;
+            for (int pr = 0; pr < 8 * ps->nb; pr++)
+                _mm512_store_ps(tab[j][pr], _mm512_fmadd_ps(_mm512_set1_ps(q[2 * pr + 1]), s1,
+                                                            _mm512_mul_ps(_mm512_set1_ps(q[2 * pr]), c1)));
+        }
+        for (size_t i = 0; i < n; i += 16) {
+            const uint8_t *base = codes + i * cb;
+            __mmask16 keep = 0xFFFF;
+            if ((i + 16) * cb + 16 > n * cb) { /* the chunks would read past the last record */
+                const size_t m = n - i < 16 ? n - i : 16;
+                memcpy(pad, base, m * cb);
+                memset(pad + m * cb, 0, (16 - m) * cb + 16);
+                base = pad;
+                keep = (__mmask16)((1u << m) - 1);
+            }
+            const uint8_t *r[16];
+            for (int k = 0; k < 16; k++) r[k] = base + (size_t)(4 * (k & 3) + (k >> 2)) * cb; /* lane 4a+b: record 4a+b */
+            __m512i X[4 * POLAR_LCH];
+            for (int c = 0; c < ps->nch; c++) dwords16_transpose(r, ps->choff[c], 16, X + 4 * c);
+            __m512 acc[4];
+            for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_ps();
+            for (int b = 0; b < ps->nb; b++) {
+                const polar_lblk *D = &ps->blk[b];
+                const __m512 rad = sc32 ? _mm512_castsi512_ps(X[D->xr])
+                                        : _mm512_cvtph_ps(_mm512_cvtepi32_epi16(srlc(X[D->xr], D->sr)));
+                const __m512i i4 = srlc(X[D->x4], D->s4), x3 = srlc(X[D->x3], D->s3), x2 = srlc(X[D->x2], D->s2);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m512 R3 = _mm512_mul_ps(rad, _mm512_permutexvar_ps(i4, h ? s4 : c4));
+                    const __m512i i3 = h ? _mm512_srli_epi32(x3, b2) : x3;
+                    const __m512i x1 = srlc(X[D->x1[h]], D->s1[h]);
+#pragma GCC unroll 2
+                    for (int e = 0; e < 2; e++) {
+                        const __m512 R2 = _mm512_mul_ps(R3, _mm512_permutexvar_ps(i3, e ? s3 : c3));
+                        const __m512i i2 = _mm512_srli_epi32(x2, (2 * h + e) * b2);
+#pragma GCC unroll 2
+                        for (int f = 0; f < 2; f++) {
+                            const __m512 R1 = _mm512_mul_ps(R2, _mm512_permutexvar_ps(i2, f ? s2 : c2));
+                            const __m512i i1 = _mm512_srli_epi32(x1, (2 * e + f) * B);
+                            const int pr = 8 * b + 4 * h + 2 * e + f;
+#pragma GCC unroll 4
+                            for (int j = 0; j < NR; j++)
+                                acc[j] = _mm512_fmadd_ps(R1, _mm512_permutexvar_ps(i1, _mm512_load_ps(tab[j][pr])), acc[j]);
+                        }
+                    }
+                }
+            }
+            for (int j = 0; j < NR; j++) {
+                float *sr = scores + (j0 + (size_t)j) * n + i;
+                const __m512 v = s ? _mm512_add_ps(_mm512_maskz_loadu_ps(keep, sr), acc[j]) : acc[j];
+                _mm512_mask_storeu_ps(sr, keep, v);
+            }
+        }
+    }
+}
+
+#define DEF_LANE_SCORE(B, NR)                                                                                        \
+    KVQ_TARGET_POLAR static void score_lane_##B##_##NR(const kvq_plan *p, const float *qp, size_t j0,               \
+                                                       const uint8_t *codes, size_t n, float *scores) {              \
+        score_lane_body(p, qp, j0, codes, n, scores, B, NR);                                                        \
+    }
+DEF_LANE_SCORE(3, 1) DEF_LANE_SCORE(3, 2) DEF_LANE_SCORE(3, 3) DEF_LANE_SCORE(3, 4)
+DEF_LANE_SCORE(4, 1) DEF_LANE_SCORE(4, 2) DEF_LANE_SCORE(4, 3) DEF_LANE_SCORE(4, 4)
+
+typedef void (*lane_score_fn)(const kvq_plan *, const float *, size_t, const uint8_t *, size_t, float *);
+static void score_lane(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    static const lane_score_fn fn[2][4] = {{score_lane_3_1, score_lane_3_2, score_lane_3_3, score_lane_3_4},
+                                           {score_lane_4_1, score_lane_4_2, score_lane_4_3, score_lane_4_4}};
+    const polar_priv *P = p->priv;
+    if (p->code_bytes > POLAR_LCB) { /* rows longer than the padded copy (+outliers): the per-record kernel */
+        (P->b[1] == 3 ? score_fast_3 : score_fast_4)(p, qp, nq, codes, n, scores);
+        return;
+    }
+    /* rows in ceil(nq / 4) groups of nearly equal size (nq = 6: 3 + 3) */
+    const size_t ng = (nq + 3) / 4;
+    for (size_t g = 0, j0 = 0; g < ng; g++) {
+        const size_t nr = (nq - j0) / (ng - g) + ((nq - j0) % (ng - g) != 0);
+        fn[P->b[1] - 3][nr - 1](p, qp, j0, codes, n, scores);
+        j0 += nr;
+    }
 }
 #endif
 
@@ -949,11 +1328,14 @@ static int init(kvq_plan *p) {
     }
     if (p->isa >= KVQ_ISA_AVX512 && p->vnni && (P->fast = fast_build(p, P)) != NULL) {
         switch (p->bits) {
-#define CASE_POLAR_FAST(B) case B: p->score = score_fast_##B; p->accum = accum_fast_##B; break;
+#define CASE_POLAR_FAST(B) case B: p->score = score_fast_##B; break;
             POLAR_FAST_B(CASE_POLAR_FAST)
 #undef CASE_POLAR_FAST
         }
-        if (P->fast->direct) p->score = score_fast_4d, p->accum = accum_fast_4d;
+        p->accum = accum_fast;
+        if (P->fast->direct) p->score = score_fast_4d;
+        if (P->fast->lane) p->score = score_lane;
+        if (P->fast->pk && !P->fast->direct) p->accum = accum_rec; /* direct (128 | d): broadcast loads, faster there */
     }
 #endif
     return KVQ_OK;
