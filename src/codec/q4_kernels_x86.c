@@ -1,6 +1,7 @@
 /* AVX2 / AVX-512 kernels of q4 (4-bit, f16 scale and min per 32 values):
  * integer scores with 8-bit queries (AVX2, also used by AVX-512 CPUs without
- * VNNI); float value accumulation with 16 (8) values decoded in registers.
+ * VNNI); float value accumulation, 64 coordinates x 4 rows in registers
+ * (AVX-512, d % 64 == 0; else qblk.c's AVX2 one).
  * AVX-512 VNNI: qblk_vnni_x86.c. */
 #include <string.h>
 
@@ -15,16 +16,6 @@ KVQ_TARGET_AVX2 static inline void blk(const uint8_t *rec, int c, float *s, floa
     memcpy(h, rec + 4 * (c / 32), 4);
     *s = _cvtsh_ss(h[0]);
     *m = _cvtsh_ss(h[1]);
-}
-
-/* values c..c+15 (c % 16 == 0): byte k holds value 2k (low) and 2k+1 (high) */
-KVQ_TARGET_AVX512 static inline __m512 q4_vals16(const uint8_t *rec, int nb, int c) {
-    __m128i b = _mm_loadl_epi64((const __m128i *)(rec + 4 * nb + c / 2));
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
-    float s, m;
-    blk(rec, c, &s, &m);
-    return _mm512_fmadd_ps(q, _mm512_set1_ps(s), _mm512_set1_ps(m));
 }
 
 /* values c..c+31 of one block (c % 32 == 0): one load, one scale/min */
@@ -68,50 +59,6 @@ KVQ_TARGET_AVX512 static void accum512_64(const kvq_plan *p, const float *w, siz
     }
 }
 
-KVQ_TARGET_AVX2 static inline __m256 q4_vals8(const uint8_t *rec, int nb, int c) {
-    uint32_t w;
-    memcpy(&w, rec + 4 * nb + c / 2, 4);
-    __m128i b = _mm_cvtsi32_si128((int)w);
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
-    float s, m;
-    blk(rec, c, &s, &m);
-    return _mm256_fmadd_ps(q, _mm256_set1_ps(s), _mm256_set1_ps(m));
-}
-
-#define Q4_ACCUM(NAME, TARGET, VT, W, FMA, LOADA, STOREA, SET1, VALS)                                       \
-    TARGET static void NAME(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,  \
-                            float *acc) {                                                                  \
-        const int d = p->d, nb = (d + 31) / 32;                                                            \
-        for (size_t j = 0; j < nq; j++) {                                                                  \
-            const float *wj = w + j * n;                                                                   \
-            float *aj = acc + j * (size_t)d;                                                               \
-            int c = 0;                                                                                     \
-            for (; c + 4 * W <= d; c += 4 * W) {                                                           \
-                VT a0 = LOADA(aj + c), a1 = LOADA(aj + c + W), a2 = LOADA(aj + c + 2 * W), a3 = LOADA(aj + c + 3 * W); \
-                for (size_t i = 0; i < n; i++) {                                                           \
-                    const uint8_t *rec = codes + i * p->code_bytes;                                        \
-                    VT wi = SET1(wj[i]);                                                                   \
-                    a0 = FMA(wi, VALS(rec, nb, c), a0);                                                    \
-                    a1 = FMA(wi, VALS(rec, nb, c + W), a1);                                                \
-                    a2 = FMA(wi, VALS(rec, nb, c + 2 * W), a2);                                            \
-                    a3 = FMA(wi, VALS(rec, nb, c + 3 * W), a3);                                            \
-                }                                                                                          \
-                STOREA(aj + c, a0);                                                                        \
-                STOREA(aj + c + W, a1);                                                                    \
-                STOREA(aj + c + 2 * W, a2);                                                                \
-                STOREA(aj + c + 3 * W, a3);                                                                \
-            }                                                                                              \
-            for (; c < d; c += W) {                                                                        \
-                VT a0 = LOADA(aj + c);                                                                     \
-                for (size_t i = 0; i < n; i++) a0 = FMA(SET1(wj[i]), VALS(codes + i * p->code_bytes, nb, c), a0); \
-                STOREA(aj + c, a0);                                                                        \
-            }                                                                                              \
-        }                                                                                                  \
-    }
-
-Q4_ACCUM(accum512, KVQ_TARGET_AVX512, __m512, 16, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, q4_vals16)
-Q4_ACCUM(accum256, KVQ_TARGET_AVX2, __m256, 8, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, q4_vals8)
 
 /* Integer scores (qblk.h), 4 query rows per pass: per block, the 16 data
  * bytes give the low nibbles (even coordinates) and the high ones (odd), in
@@ -162,10 +109,10 @@ void q4_kernels_select(kvq_plan *p) {
         p->accum = q4_accum_vnni;
     } else if (p->isa >= KVQ_ISA_AVX512 && p->d % 16 == 0) {
         p->score = score256;
-        p->accum = p->d % 64 == 0 ? accum512_64 : accum512;
+        p->accum = p->d % 64 == 0 ? accum512_64 : qblk_accum_avx2_q4;
     } else if (p->isa >= KVQ_ISA_AVX2) {
         p->score = score256;
-        p->accum = accum256;
+        p->accum = qblk_accum_avx2_q4;
     }
 }
 #else

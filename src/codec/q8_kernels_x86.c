@@ -1,6 +1,7 @@
 /* AVX2 / AVX-512 kernels of q8 (int8 + f16 scale per 32 values): integer
  * scores with 8-bit queries (AVX2, also used by AVX-512 CPUs without VNNI),
- * float value accumulation (AVX2, AVX-512). AVX-512 VNNI: qblk_vnni_x86.c. */
+ * float value accumulation (AVX-512; AVX2: qblk.c). AVX-512 VNNI:
+ * qblk_vnni_x86.c. */
 #include <string.h>
 
 #include "codec_internal.h"
@@ -12,13 +13,6 @@ KVQ_TARGET_AVX2 static inline float blk_scale(const uint8_t *rec, int b) {
     uint16_t h;
     memcpy(&h, rec + 2 * b, 2);
     return _cvtsh_ss(h);
-}
-
-/* 8 dequantized values at c (AVX2) */
-KVQ_TARGET_AVX2 static inline __m256 q8_vals8(const uint8_t *rec, int nb, int c) {
-    const int8_t *q = (const int8_t *)(rec + 2 * nb);
-    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
-    return _mm256_mul_ps(v, _mm256_set1_ps(blk_scale(rec, c / 32)));
 }
 
 /* Integer scores (qblk.h), 4 query rows per pass: per block, |k8| x
@@ -55,40 +49,6 @@ KVQ_TARGET_AVX2 static void score_avx2(const kvq_plan *p, const float *qp, size_
             float o[4];
             _mm_storeu_ps(o, s);
             for (size_t j = j0; j < nq && j < j0 + 4; j++) scores[j * n + i] = o[j - j0];
-        }
-    }
-}
-
-KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n,
-                                       float *acc) {
-    const int d = p->d, nb = (d + 31) / 32;
-    for (size_t j = 0; j < nq; j++) {
-        const float *wj = w + j * n;
-        float *aj = acc + j * (size_t)d;
-        int c = 0;
-        for (; c + 32 <= d; c += 32) {
-            __m256 a0 = _mm256_loadu_ps(aj + c), a1 = _mm256_loadu_ps(aj + c + 8);
-            __m256 a2 = _mm256_loadu_ps(aj + c + 16), a3 = _mm256_loadu_ps(aj + c + 24);
-            for (size_t i = 0; i < n; i++) {
-                const uint8_t *rec = codes + i * p->code_bytes;
-                const int8_t *q = (const int8_t *)(rec + 2 * nb) + c;
-                __m256 ws = _mm256_set1_ps(wj[i] * blk_scale(rec, c / 32));
-                __m256i b8 = _mm256_loadu_si256((const __m256i *)q);
-                __m128i lo = _mm256_castsi256_si128(b8), hi = _mm256_extracti128_si256(b8, 1);
-                a0 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), a0);
-                a1 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), a1);
-                a2 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), a2);
-                a3 = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), a3);
-            }
-            _mm256_storeu_ps(aj + c, a0);
-            _mm256_storeu_ps(aj + c + 8, a1);
-            _mm256_storeu_ps(aj + c + 16, a2);
-            _mm256_storeu_ps(aj + c + 24, a3);
-        }
-        for (; c < d; c += 8) {
-            __m256 a0 = _mm256_loadu_ps(aj + c);
-            for (size_t i = 0; i < n; i++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(wj[i]), q8_vals8(codes + i * p->code_bytes, nb, c), a0);
-            _mm256_storeu_ps(aj + c, a0);
         }
     }
 }
@@ -173,7 +133,7 @@ void q8_kernels_select(kvq_plan *p) {
         p->accum = p->d % 64 == 0 ? accum_avx512_g4 : accum_avx512;
     } else if (p->isa >= KVQ_ISA_AVX2) {
         p->score = score_avx2;
-        p->accum = accum_avx2;
+        p->accum = qblk_accum_avx2_q8;
     }
 }
 #else

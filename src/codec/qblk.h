@@ -60,6 +60,11 @@ KVQ_TARGET_AVX2 static inline __m128i qblk_hsum4_epi32(__m256i a, __m256i b, __m
 }
 #endif
 
+/* AVX2 float value accumulation (qblk.c): acc += w * decoded value, 4 query
+ * rows per pass over the records (each record decoded once per 4 rows). */
+void qblk_accum_avx2_q8(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+void qblk_accum_avx2_q4(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+
 /* AVX-512 VNNI + VBMI kernels (qblk_vnni_x86.c): scores with lanes = 16
  * records (q4: d % 16 == 0), values by integer dot products over tokens. */
 void q8_score_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
