@@ -61,11 +61,14 @@ static const uint8_t PERM16[64] = {I16(16, 0)};
  * (PERM32A) or 16 + l (PERM32B) of record t */
 static const uint8_t PERM32A[64] = {I16(32, 0)};
 static const uint8_t PERM32B[64] = {I16(32, 16)};
-/* byte k < 16: byte 0 of dword k, 16 <= k < 32: byte 1 of dword k - 16
- * (loaded from BSPLIT + 16: bytes 0..15 = byte 1 of the dwords) */
-#define B2(k, o) 4 * (k) + (o), 4 * (k) + 4 + (o)
-#define B8(k, o) B2(k, o), B2(k + 2, o), B2(k + 4, o), B2(k + 6, o)
-static const uint8_t BSPLIT[80] = {B8(0, 0), B8(8, 0), B8(0, 1), B8(8, 1)};
+/* vpermt2b of packus_epi32(u0, u1) and packus_epi32(u2, u3): byte 16 r + i
+ * = low (WSPLIT) or high (WSPLIT + 64) byte of row r's word for record i,
+ * which sits in lane i / 4, word 4 (r % 2) + i % 4 of source r / 2. */
+#define WS(r, i, o) (64 * ((r) / 2) + 16 * ((i) / 4) + 2 * (4 * ((r) % 2) + (i) % 4) + (o))
+#define WS4(r, i, o) WS(r, i, o), WS(r, i + 1, o), WS(r, i + 2, o), WS(r, i + 3, o)
+#define WS16(r, o) WS4(r, 0, o), WS4(r, 4, o), WS4(r, 8, o), WS4(r, 12, o)
+static const uint8_t WSPLIT[128] = {WS16(0, 0), WS16(1, 0), WS16(2, 0), WS16(3, 0),
+                                    WS16(0, 1), WS16(1, 1), WS16(2, 1), WS16(3, 1)};
 /* q4 values: even coordinates (lanes of E) and odd ones (O) back in order */
 static const int32_t EO_LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
 static const int32_t EO_HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -256,15 +259,19 @@ TV AI void run_scales(const uint8_t *codes, size_t stride, size_t m, int g, int 
     }
 }
 
+/* Byte planes of the 16-bit weights: per 16 records, 16 bytes of row 0, then
+ * rows 1, 2, 3 (one 64-byte store per 16 records and plane). */
+static inline size_t woff(int j, size_t t) { return (t / 16) * 64 + 16 * (size_t)j + t % 16; }
+
 /* Weights of rows j < QT (w[j]: the row at the run's first record) for a
  * run of m records and one block: x_i = w_i * g_i as 16-bit integers split
- * into hi / lo byte planes (zero padding to a multiple of 16); st[j] =
- * xmax / 65535; q4 (gm): M[j] = sum_i w_i * (gm_i + 8 g_i), the value n
- * being taken as n - 8 (centred: half the rounding error of n). ok[j] = 0
- * (planes zeroed) if some x_i of row j is negative or not finite. */
-TV AI void run_weights(const float *const *w, const int QT, const float *g, const float *gm, size_t m, uint8_t (*wh)[RUN],
-                       uint8_t (*wl)[RUN], float *st, float *M, int *ok) {
-    float xb[4][RUN];
+ * into hi / lo byte planes (layout woff, zero padding to a multiple of 16
+ * records); st[j] = xmax / 65535; q4 (gm): M[j] = sum_i w_i * (gm_i +
+ * 8 g_i), the value n being taken as n - 8 (centred: half the rounding
+ * error of n). ok[j] = 0 (planes zero) if some x_i of row j is negative or
+ * not finite. */
+TV AI void run_weights(const float *const *w, const int QT, const float *g, const float *gm, size_t m, uint8_t *wh,
+                       uint8_t *wl, float *st, float *M, int *ok) {
     __m512 mx[4], mv[4];
     __mmask16 good[4];
     const __m512 zero = _mm512_setzero_ps(), eight = _mm512_set1_ps(8.0f);
@@ -279,32 +286,34 @@ TV AI void run_weights(const float *const *w, const int QT, const float *g, cons
         const __m512 g8 = gm ? _mm512_fmadd_ps(eight, gv, _mm512_maskz_loadu_ps(k, gm + t)) : zero;
         for (int j = 0; j < QT; j++) {
             const __m512 wv = _mm512_maskz_loadu_ps(k, w[j] + t), x = _mm512_mul_ps(wv, gv);
-            _mm512_storeu_ps(xb[j] + t, x);
             mx[j] = _mm512_max_ps(mx[j], x);
             good[j] = _mm512_mask_cmp_ps_mask(good[j], x, zero, _CMP_GE_OQ); /* NaN, < 0: bad; inf: xmax */
             if (gm) mv[j] = _mm512_fmadd_ps(wv, g8, mv[j]);
         }
     }
-    float inv[4];
+    __m512 inv[4];
     for (int j = 0; j < QT; j++) {
         const float xmax = _mm512_reduce_max_ps(mx[j]);
         ok[j] = good[j] == 0xffff && xmax < INFINITY;
         st[j] = ok[j] ? xmax / 65535.0f : 0.0f;
-        inv[j] = ok[j] && xmax > 0 ? 65535.0f / xmax : 0.0f;
+        inv[j] = _mm512_set1_ps(ok[j] && xmax > 0 ? 65535.0f / xmax : 0.0f);
         if (gm) M[j] = _mm512_reduce_add_ps(mv[j]);
     }
-    const __m512i split = _mm512_loadu_si512(BSPLIT), split1 = _mm512_loadu_si512(BSPLIT + 16);
-    for (size_t t = 0; t < m; t += 16)
-        for (int j = 0; j < QT; j++) {
-            const __m512 x = _mm512_loadu_ps(xb[j] + t); /* 0 past m */
-            /* 0 <= x * inv <= 65535 (1 + 2^-24)^2 < 65535.5: no clamp */
-            const __m512i u = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv[j])));
-            /* bytes 0 and 1 of the dwords by vpermb (vpmovdb and vextracti32x4
-             * to memory are slow on Zen 4); a bad row gets zeros (inv = 0:
-             * x * inv is 0 or NaN, whose cvtps2dq 0x80000000 has zero low bytes) */
-            _mm_storeu_si128((__m128i *)(void *)(wl[j] + t), _mm512_castsi512_si128(_mm512_permutexvar_epi8(split, u)));
-            _mm_storeu_si128((__m128i *)(void *)(wh[j] + t), _mm512_castsi512_si128(_mm512_permutexvar_epi8(split1, u)));
-        }
+    const __m512i plo = _mm512_loadu_si512(WSPLIT), phi = _mm512_loadu_si512(WSPLIT + 64);
+    for (size_t t = 0; t < m; t += 16) {
+        const __mmask16 k = lanes(m - t);
+        const __m512 gv = _mm512_maskz_loadu_ps(k, g + t);
+        __m512i u[4];
+        for (int j = 0; j < 4; j++) /* 0 <= x * inv <= 65535 (1 + 2^-24)^2 < 65535.5: no clamp; a bad
+                                     * row gets 0 or NaN -> 0x80000000, which packus makes 0 */
+            u[j] = j < QT ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, w[j] + t), gv), inv[j]))
+                          : _mm512_setzero_si512();
+        /* words of rows 0, 1 and of rows 2, 3 (per 128-bit lane: 4 records of
+         * each), then their low and high bytes in plane order by vpermt2b */
+        const __m512i p01 = _mm512_packus_epi32(u[0], u[1]), p23 = _mm512_packus_epi32(u[2], u[3]);
+        _mm512_storeu_si512(wl + 4 * t, _mm512_permutex2var_epi8(p01, plo, p23));
+        _mm512_storeu_si512(wh + 4 * t, _mm512_permutex2var_epi8(p01, phi, p23));
+    }
 }
 
 /* Float accumulation of block b of one row over a run (the reference's
@@ -375,14 +384,14 @@ TV AI void rec4(const uint8_t *codes, size_t stride, size_t t0, size_t m, size_t
 }
 
 /* One group of 4 records (q8): two vpermt2b, 2 x 2 vpdpbusd per row. */
-TV AI void q8a_group(const uint8_t *const r[4], int L, const int QT, __m512i pa, __m512i pb, const uint8_t (*wh)[RUN],
-                     const uint8_t (*wl)[RUN], size_t t0, __m512i *H0, __m512i *H1, __m512i *L0, __m512i *L1) {
+TV AI void q8a_group(const uint8_t *const r[4], int L, const int QT, __m512i pa, __m512i pb, const uint8_t *wh,
+                     const uint8_t *wl, size_t t0, __m512i *H0, __m512i *H1, __m512i *L0, __m512i *L1) {
     __m512i u0, u1;
     inter4_32(r, 0, L, pa, pb, &u0, &u1);
     for (int j = 0; j < QT; j++) {
         int32_t h, l;
-        memcpy(&h, wh[j] + t0, 4);
-        memcpy(&l, wl[j] + t0, 4);
+        memcpy(&h, wh + woff(j, t0), 4);
+        memcpy(&l, wl + woff(j, t0), 4);
         const __m512i bh = _mm512_set1_epi32(h), bl = _mm512_set1_epi32(l);
         DPBUSD(H0[j], bh, u0);
         DPBUSD(H1[j], bh, u1);
@@ -392,8 +401,8 @@ TV AI void q8a_group(const uint8_t *const r[4], int L, const int QT, __m512i pa,
 }
 
 /* One block b of rows a[0..QT-1] over a run of m records (weights ready). */
-TV AI void q8a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const int QT, const int D, uint8_t (*wh)[RUN],
-                    uint8_t (*wl)[RUN], const float *st, const int *ok, float *const *a) {
+TV AI void q8a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const int QT, const int D, const uint8_t *wh,
+                    const uint8_t *wl, const float *st, const int *ok, float *const *a) {
     const int nb = (D + 31) / 32, L = D - 32 * b < 32 ? D - 32 * b : 32;
     const size_t o = 2 * (size_t)nb + 32 * (size_t)b;
     const __m512i pa = _mm512_loadu_si512(PERM32A), pb = _mm512_loadu_si512(PERM32B);
@@ -404,17 +413,17 @@ TV AI void q8a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const 
     if (L == 32)
         for (size_t t0 = 0; t0 < m4; t0 += 4, rp += 4 * stride) {
             const uint8_t *const r[4] = {rp, rp + stride, rp + 2 * stride, rp + 3 * stride};
-            q8a_group(r, 32, QT, pa, pb, (const uint8_t (*)[RUN])wh, (const uint8_t (*)[RUN])wl, t0, H0, H1, L0, L1);
+            q8a_group(r, 32, QT, pa, pb, wh, wl, t0, H0, H1, L0, L1);
         }
     else
         for (size_t t0 = 0; t0 < m4; t0 += 4, rp += 4 * stride) {
             const uint8_t *const r[4] = {rp, rp + stride, rp + 2 * stride, rp + 3 * stride};
-            q8a_group(r, L, QT, pa, pb, (const uint8_t (*)[RUN])wh, (const uint8_t (*)[RUN])wl, t0, H0, H1, L0, L1);
+            q8a_group(r, L, QT, pa, pb, wh, wl, t0, H0, H1, L0, L1);
         }
     if (m4 < m) { /* the last, partial group: padding records of weight 0 */
         const uint8_t *r[4];
         for (size_t t = 0; t < 4; t++) r[t] = m4 + t < m ? rp + t * stride : ZREC;
-        q8a_group(r, L, QT, pa, pb, (const uint8_t (*)[RUN])wh, (const uint8_t (*)[RUN])wl, m4, H0, H1, L0, L1);
+        q8a_group(r, L, QT, pa, pb, wh, wl, m4, H0, H1, L0, L1);
     }
     const __mmask16 k0 = lanes((size_t)L), k1 = lanes(L > 16 ? (size_t)(L - 16) : 0);
     for (int j = 0; j < QT; j++) {
@@ -429,8 +438,8 @@ TV AI void q8a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const 
     }
 }
 
-TV AI void q4a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const int QT, const int D, uint8_t (*wh)[RUN],
-                    uint8_t (*wl)[RUN], const float *st, const float *M, const int *ok, float *const *a) {
+TV AI void q4a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const int QT, const int D, const uint8_t *wh,
+                    const uint8_t *wl, const float *st, const float *M, const int *ok, float *const *a) {
     const int nb = (D + 31) / 32, L = D - 32 * b < 32 ? D - 32 * b : 32;
     const size_t o = 4 * (size_t)nb + 16 * (size_t)b;
     const __m512i p16 = _mm512_loadu_si512(PERM16), m15 = _mm512_set1_epi8(15), m8 = _mm512_set1_epi8(8);
@@ -444,8 +453,8 @@ TV AI void q4a_pass(const uint8_t *codes, size_t stride, size_t m, int b, const 
         const __m512i uo = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(u, 4), m15), m8);
         for (int j = 0; j < QT; j++) {
             int32_t h, l;
-            memcpy(&h, wh[j] + t0, 4);
-            memcpy(&l, wl[j] + t0, 4);
+            memcpy(&h, wh + woff(j, t0), 4);
+            memcpy(&l, wl + woff(j, t0), 4);
             const __m512i bh = _mm512_set1_epi32(h), bl = _mm512_set1_epi32(l);
             DPBUSD(HE[j], bh, ue);
             DPBUSD(HO[j], bh, uo);
@@ -472,7 +481,7 @@ TV AI void accv_body(const kvq_plan *p, const int q4, const float *w, size_t nq,
     const int nb = (D + 31) / 32;
     const size_t stride = p->code_bytes;
     float gs[4][RUN], gm[4][RUN];
-    uint8_t wh[4][RUN], wl[4][RUN];
+    uint8_t wh[4 * RUN], wl[4 * RUN];
     float st[4], M[4];
     int ok[4];
     for (size_t i0 = 0; i0 < n; i0 += RUN) {
