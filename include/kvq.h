@@ -185,8 +185,9 @@ int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, v
 int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float *out);
 
 /*
- * Prepares a query for scoring: writes kvq_plan_query_floats(plan) floats
- * (the rotated query, and its QJL projection for sketch-based methods).
+ * Prepares a query for scoring: writes kvq_plan_query_floats(plan) floats,
+ * an opaque row (the rotated query, its QJL projection for sketch-based
+ * methods, 8-bit copies for the integer scores of tq-mse <= 4 bits, q8, q4).
  */
 int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep);
 
