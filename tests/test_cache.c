@@ -64,6 +64,8 @@ static int int_scores(const kvq_plan *p) {
     if (!strncmp(s, "tq-mse:", 7)) b = atoi(s + 7);
     else if (!strncmp(s, "tq-prod:", 8)) b = atoi(s + 8) - 1;
     else if (!strncmp(s, "rvq:", 4)) b = atoi(s + 4);
+    /* polar:3 / polar:4 with 4 levels: 8-bit pair tables (their prepared rows hold them, 3d + 16 floats) */
+    else if (!strncmp(s, "polar:", 6)) return kvq_plan_query_floats(p) == 3 * (size_t)kvq_plan_dim(p) + 16;
     return b > 0 && b <= 4;
 }
 

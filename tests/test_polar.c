@@ -289,7 +289,9 @@ static void test_score_accum_determinism(void) {
     CHECK_OK(kvq_plan_create(&p3, "polar", d, 1235, NULL, 0));
     CHECK_OK(kvq_plan_clone_isa(&ps, p, KVQ_ISA_SCALAR));
     CHECK(!strcmp(kvq_plan_spec(p), "polar:4"), "spec %s", kvq_plan_spec(p));
-    CHECK(kvq_plan_can_decode(p) == 1 && kvq_plan_query_floats(p) == (size_t)d, "decode/qfloats");
+    /* prepared rows: q~, the 8-bit score scale and the rows' 8-bit pair tables (8d bytes) */
+    const size_t qf = kvq_plan_query_floats(p);
+    CHECK(kvq_plan_can_decode(p) == 1 && qf == 3 * (size_t)d + 16, "decode/qfloats %zu", qf);
     size_t cbytes = kvq_plan_code_bytes(p);
     CHECK(cbytes == 62, "code bytes %zu (8 f16 radii + 46 angle bytes)", cbytes);
     float *x = gauss_rows(n, d, 5), *q = gauss_rows(nq, d, 6);
@@ -302,20 +304,25 @@ static void test_score_accum_determinism(void) {
     CHECK(!memcmp(c1, cs, n * cbytes), "scalar clone, different bytes");
     CHECK(memcmp(c1, c3, n * cbytes) != 0, "another seed, same bytes");
     /* scores and accumulation against the decoded vectors */
-    float *y = malloc(n * d * sizeof *y), *qp = malloc(nq * d * sizeof *qp), *sc = malloc(nq * n * sizeof *sc);
+    float *y = malloc(n * d * sizeof *y), *qp = malloc(nq * qf * sizeof *qp), *sc = malloc(nq * n * sizeof *sc);
     float *w = malloc(nq * n * sizeof *w), *acc = calloc(nq * d, sizeof *acc);
     CHECK_OK(kvq_decode(p, c1, n, y));
-    for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(p, q + j * d, qp + j * d));
+    for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(p, q + j * d, qp + j * qf));
     CHECK_OK(kvq_score(p, qp, nq, c1, n, sc));
-    double worst = 0;
+    /* 8-bit scores (polar:4): the pair tables rounded to 1/127 of their
+     * largest entry, g = f4 f3 f2 to 1/255: a small error against the decoded
+     * vectors' own dot products (the codec's error is ~0.25 relative) */
+    double worst = 0, e2 = 0, t2 = 0;
     for (size_t j = 0; j < nq; j++)
         for (size_t i = 0; i < n; i++) {
             double t = 0, qq = 0, yy = 0;
             for (int c = 0; c < d; c++) t += (double)q[j * d + c] * y[i * d + c], qq += q[j * d + c] * q[j * d + c],
                                         yy += y[i * d + c] * y[i * d + c];
             worst = fmax(worst, fabs(sc[j * n + i] - t) / sqrt(qq * yy));
+            e2 += (sc[j * n + i] - t) * (sc[j * n + i] - t), t2 += t * t;
         }
-    CHECK(worst < 1e-5, "score vs decoded dot: %.3g", worst);
+    printf("polar:4 d=%d 8-bit scores vs decoded dot: RMS %.3g relative, worst %.3g of |q||y|\n", d, sqrt(e2 / t2), worst);
+    CHECK(sqrt(e2 / t2) < 0.02 && worst < 0.01, "score vs decoded dot: RMS %.3g, worst %.3g", sqrt(e2 / t2), worst);
     tu_rng r = {9};
     for (size_t i = 0; i < nq * n; i++) w[i] = (float)tu_uniform(&r);
     CHECK_OK(kvq_accumulate(p, w, nq, c1, n, acc));
@@ -383,9 +390,10 @@ static void test_simd_vs_scalar(void) {
                 same &= !memcmp(yv, ys, d * sizeof *yv);
             }
             CHECK(same, "%s d=%d: SIMD and scalar decode differ", spec, d);
-            float *qp = malloc(nq * d * sizeof *qp), *s1 = malloc(nq * n * sizeof *s1), *s2 = malloc(nq * n * sizeof *s2);
+            const size_t qf = kvq_plan_query_floats(pv);
+            float *qp = malloc(nq * qf * sizeof *qp), *s1 = malloc(nq * n * sizeof *s1), *s2 = malloc(nq * n * sizeof *s2);
             float *w = malloc(nq * n * sizeof *w), *a1 = calloc(nq * d, sizeof *a1), *a2 = calloc(nq * d, sizeof *a2);
-            for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(pv, q + j * d, qp + j * d));
+            for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(pv, q + j * d, qp + j * qf));
             CHECK_OK(kvq_score(pv, qp, nq, cs, n, s1));
             CHECK_OK(kvq_score(ps, qp, nq, cs, n, s2));
             tu_rng r = {d};

@@ -59,18 +59,33 @@
  * Decode walks the levels down multiplying by cos/sin tables of the
  * centroids (AVX2: indices cut from the bitstream with variable shifts,
  * table lookups by register permutes, bit-identical to the scalar decode).
- * Score and accumulate: scalar and AVX2 decode one record at a time to a
- * stack buffer (the rotated domain) and take dot products / axpys there.
+ *
+ * Scores. With 4 levels and B <= 4 (polar, polar:3) a score is an exact
+ * integer sum per block of 16 coordinates, on every ISA:
+ *   s = c · sum_b rad_b · sum_{p in b} g8_p · T8_p[k1_p]
+ * T_p[k] = q~_2p cos1[k] + q~_2p+1 sin1[k] (the pair's dot product with the
+ * level-1 centroid direction), T8 = round(T / sigma) with sigma = max|T| /
+ * 127 over the row's pairs and angles, computed once per query (prep_i8);
+ * g_p = f4·f3·f2 of the pair (cos or sin of its level-4, 3, 2 angles, all
+ * >= 0), g8 = round(255 g) from a 64-entry table; c = sigma / 255. The
+ * sines of levels 3 and 4 are read as the cosines of the mirrored index
+ * (the codebooks are symmetric about pi/4 to < 1e-6), so one table serves
+ * every pair of a parity. Against the decoded vector's dot product this is
+ * 0.8e-2 relative RMS (d = 128; test_polar), beside the codec's own ~0.25:
+ * attention rel_err 0.2474 -> 0.2476 (attn-bench, d = 128, Gaussian).
+ * Other widths (B >= 5) and 3-level dims score with floats.
+ * Scalar and AVX2 kernels decode one record at a time to a stack buffer (the
+ * rotated domain) and take dot products / axpys there; the 8-bit scores have
+ * a scalar reference (score_i8), which AVX2 plans use too.
  * AVX-512 plans with VBMI and B <= 6 (16 | d) expand the levels in registers,
  * 16 lanes = (block, level-4 half) of 8 blocks, no value shuffles, up to 4
  * query rows per record pass (see "AVX-512 VBMI score / accumulate" below);
  * below 128 coordinates 2 or 4 records share the 16 lanes (accum_rec_body).
- * Scores of B <= 4 take lanes = 16 records and a per-call table per pair,
- * T_p[k] = q_2p cos1[k] + q_2p+1 sin1[k]: one permute and one FMA per pair,
- * row and 16 records (score_lane_body). d = 128, polar:4, 4 rows: score
- * 80 -> 13 ns, accumulate 72 -> 17 ns per record; d = 64, 3 rows: 5.7 and
- * 8.5 ns (f16: 12 / 9.5 and 6.8 / 4.8 ns). Other AVX-512 plans use the AVX2
- * kernels.
+ * 8-bit scores with VNNI take lanes = 16 records: per block two vpermb of
+ * the row's tables and two vpdpbusd per row (score_lane_body). d = 128,
+ * polar:4, 4 rows, per record: score 80 -> 5.2 ns, accumulate 72 -> 17 ns;
+ * d = 64, 3 rows: 2.4 and 8.5 ns (f16: 12 / 9.5 and 6.8 / 4.8 ns). Other
+ * AVX-512 plans use the AVX2 kernels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -96,6 +111,12 @@ typedef struct {
     /* level 1: tan(2πj/n1), j = 1 .. n1/4 - 1 (boundaries inside a quadrant);
      * levels >= 2: tan t_j of the n - 1 codebook boundaries */
     float tant[POLAR_LEVELS + 1][POLAR_NMAX];
+    /* 8-bit scores (L = 4, B <= 4; see "Scores" above): g8[f][k4' | k3' << w |
+     * k2 << 2w] (w = B - 2; period 2^3w up to 64 entries) and the level-1
+     * tables repeated to 16 entries */
+    int i8;
+    uint8_t g8[2][64];
+    float c16[16], s16[16];
     struct polar_fast *fast; /* AVX-512 VBMI score / accumulate tables, or NULL */
 } polar_priv;
 
@@ -289,6 +310,69 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
             if (wi == 0.0f) continue;
             float *a = acc + j * (size_t)d;
             for (int c = 0; c < d; c++) a[c] += wi * y[c];
+        }
+    }
+}
+
+/* ---- 8-bit scores (P->i8) -------------------------------------------------------
+ * Prepared row (qfloats = 3d + 16): [q~: d floats][c = max|T| / (127·255),
+ * 15 zeros][T8: 8d bytes]; T8 of pair 2u + f of block b (u = 2h + e) at byte
+ * 128b + 64f + 16u + k, k < 16 (B = 3: the 8 entries twice). Every ISA
+ * computes the same integers: T from mul, mul, add; the magic-constant
+ * rounding is round-to-nearest-even like cvtps2dq. */
+#define POLAR_I8_QF(d) (3 * (size_t)(d) + 16)
+static inline float round_ne(float x) { return (x + 12582912.0f) - 12582912.0f; } /* |x| < 2^22 */
+
+static void prep_i8(const kvq_plan *p, const float *q, float *qp) {
+    const polar_priv *P = p->priv;
+    const int d = p->d;
+    rot_apply(&p->rot, q, qp);
+    float m = 0;
+    for (int pr = 0; pr < d / 2; pr++)
+        for (int k = 0; k < 16; k++) m = fmaxf(m, fabsf(qp[2 * pr] * P->c16[k] + qp[2 * pr + 1] * P->s16[k]));
+    const float inv = m > 0 ? 127.0f / m : 0.0f;
+    qp[d] = m / 32385.0f;
+    for (int k = 1; k < 16; k++) qp[d + k] = 0;
+    int8_t *t8 = (int8_t *)(qp + d + 16);
+    for (int pr = 0; pr < d / 2; pr++) {
+        const int b = pr / 8, u = (pr % 8) >> 1, f = pr & 1;
+        for (int k = 0; k < 16; k++) {
+            float v = round_ne((qp[2 * pr] * P->c16[k] + qp[2 * pr + 1] * P->s16[k]) * inv);
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            t8[128 * b + 64 * f + 16 * u + k] = (int8_t)v;
+        }
+    }
+}
+
+/* The 8-bit score reference: s = c · sum_b rad_b · sum_p g8_p · T8_p[k1_p]. */
+static void score_i8(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
+    const polar_priv *P = p->priv;
+    const int d = p->d, w = P->b[2], mw = (1 << w) - 1;
+    const size_t sb = scale_bytes(p), qs = p->qfloats;
+    uint8_t idx[KVQ_DIM_MAX], g8[KVQ_DIM_MAX / 2];
+    float rad[KVQ_DIM_MAX / 16];
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * p->code_bytes;
+        for (int b = 0; b < P->m; b++) rad[b] = scale_load(p, rec + b * sb);
+        unpack_angles(P, d, rec + (size_t)P->m * sb, idx);
+        const uint8_t *k1 = idx + P->off[1], *k2 = idx + P->off[2], *k3 = idx + P->off[3], *k4 = idx + P->off[4];
+        for (int b = 0; b < P->m; b++)
+            for (int pr = 0; pr < 8; pr++) {
+                const int h = pr >> 2, e = (pr >> 1) & 1;
+                const int gi = (k4[b] ^ (h ? mw : 0)) | (k3[2 * b + h] ^ (e ? mw : 0)) << w | k2[4 * b + 2 * h + e] << 2 * w;
+                g8[8 * b + pr] = P->g8[pr & 1][gi];
+            }
+        for (size_t j = 0; j < nq; j++) {
+            const float *q = qp + j * qs;
+            const int8_t *t8 = (const int8_t *)(q + d + 16);
+            float sum = 0;
+            for (int b = 0; b < P->m; b++) {
+                int32_t I = 0;
+                for (int pr = 0; pr < 8; pr++)
+                    I += g8[8 * b + pr] * t8[128 * b + 64 * (pr & 1) + 16 * (pr >> 1) + k1[8 * b + pr]];
+                sum += rad[b] * (float)I;
+            }
+            scores[j * n + i] = sum * q[d];
         }
     }
 }
@@ -527,13 +611,17 @@ KVQ_TARGET_AVX2 static void accum_avx2(const kvq_plan *p, const float *w, size_t
 #define POLAR_LCB 320 /* largest record of a record-lane plan (B = 4, d = 512, f32 radii: 312) */
 typedef struct {
     uint8_t xr, sr;         /* radius */
-    uint8_t x1[2], s1[2];   /* level 1, the block's two halves (4 angles each) */
+    uint8_t x1, s1;         /* level 1: the block's 8 angles */
     uint8_t x2, s2, x3, s3, x4, s4;
 } polar_lblk;
 typedef struct {
     int nb, nch;                 /* blocks, chunks */
     uint16_t choff[POLAR_LCH];   /* chunk offsets in a record (bytes) */
     polar_lblk blk[8];
+    /* vpmultishiftqb controls per block: byte u of a lane gets k4, k3 of
+     * half u >> 1, k2 of node u at bits 0, w, 2w (w = B - 2); B = 3: the
+     * level-1 angles 2u and 2u + 1 */
+    uint8_t ms[8][5][64];
 } polar_lpass;
 typedef struct polar_fast {
     int nsb;                          /* super-blocks */
@@ -594,15 +682,23 @@ static int lane_build(const kvq_plan *p, const polar_priv *P, polar_fast *F) {
         int ok = 1;
         for (int b = 0; b < ps->nb; b++) ok &= lane_field(ps, (size_t)(8 * s + b) * sbits, sbits, &ps->blk[b].xr, &ps->blk[b].sr);
         for (int b = 0; b < ps->nb; b++)
-            for (int h = 0; h < 2; h++)
-                ok &= lane_field(ps, a0 + (size_t)(8 * (8 * s + b) + 4 * h) * B, 4 * B, &ps->blk[b].x1[h], &ps->blk[b].s1[h]);
+            ok &= lane_field(ps, a0 + (size_t)(8 * (8 * s + b)) * B, 8 * B, &ps->blk[b].x1, &ps->blk[b].s1);
         for (int b = 0; b < ps->nb; b++)
             ok &= lane_field(ps, a0 + P->bitoff[2] + (size_t)(8 * s + b) * 4 * b2, 4 * b2, &ps->blk[b].x2, &ps->blk[b].s2);
         for (int b = 0; b < ps->nb; b++)
             ok &= lane_field(ps, a0 + P->bitoff[3] + (size_t)(8 * s + b) * 2 * b2, 2 * b2, &ps->blk[b].x3, &ps->blk[b].s3);
         for (int b = 0; b < ps->nb; b++)
             ok &= lane_field(ps, a0 + P->bitoff[4] + (size_t)(8 * s + b) * b2, b2, &ps->blk[b].x4, &ps->blk[b].s4);
-        if (!ok) return 0;
+        if (!ok || (B == 4 && ps->blk[0].s1)) return 0;
+        for (int b = 0; b < ps->nb; b++) {
+            const polar_lblk *D = &ps->blk[b];
+            for (int i = 0; i < 64; i++) {
+                const int u = i & 3, hi = 32 * ((i >> 2) & 1);
+                const int o[5] = {D->s4, D->s3 + b2 * (u >> 1) - b2, D->s2 + b2 * u - 2 * b2, D->s1 + 2 * u * B,
+                                  D->s1 + (2 * u + 1) * B};
+                for (int c = 0; c < 5; c++) ps->ms[b][c][i] = (uint8_t)((o[c] + hi) & 63);
+            }
+        }
     }
     return 1;
 }
@@ -1032,91 +1128,6 @@ DEF_REC_ACCUM_B(3) DEF_REC_ACCUM_B(4) DEF_REC_ACCUM_B(5) DEF_REC_ACCUM_B(6)
         score_fast_body(p, qp, nq, codes, 0, n, scores, B, 0);                                                         \
     }
 POLAR_FAST_B(DEF_POLAR_FAST)
-/*
- * Scores of polar:4 (128 | d) 16 records at a time, lanes = records. For a
- * query and pair p (coordinates 2p, 2p+1) let Q_p[k] = q_2p·cos1[k] +
- * q_2p+1·sin1[k] (16 angles, a table per call); then
- * s = sum_p R1_p · Q_p[k_p]: per pair one permute and one FMA for 16
- * records and a query, in place of the level-1 products and the two FMAs of
- * the decoded pair. R1 (rad·f4·f3·f2) comes lane-wise from the upper levels,
- * the records' 32-bit words by gathers (word o of 16 records). Fewer
- * instructions than decoding (about 60 instead of 95 per record for 4 rows)
- * and no horizontal sums. The last n % 16 records take score_fast_body.
- */
-KVQ_TARGET_POLAR static void score_fast_4d(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n,
-                                           float *scores) {
-    const polar_priv *P = p->priv;
-    const polar_fast *F = P->fast;
-    const int d = p->d, nsb = d / 128, sc32 = p->o.scale32;
-    const size_t cb = p->code_bytes, sb = scale_bytes(p), ra = (size_t)P->m * sb, qs = p->qfloats;
-    const size_t n16 = n & ~(size_t)15;
-    float tab[4][64][16] __attribute__((aligned(64))); /* per row and pair of a super-block: Q_p[k] */
-    const __m512 c1 = _mm512_loadu_ps(F->ct[1]), s1 = _mm512_loadu_ps(F->st[1]);
-    const __m512 c2 = _mm512_loadu_ps(F->ct[2]), s2 = _mm512_loadu_ps(F->st[2]);
-    const __m512 c3 = _mm512_loadu_ps(F->ct[3]), s3 = _mm512_loadu_ps(F->st[3]);
-    const __m512 c4 = _mm512_loadu_ps(F->ct[4]), s4 = _mm512_loadu_ps(F->st[4]);
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)cb));
-    for (size_t j0 = 0; j0 < nq && n16; j0 += 4) {
-        const size_t m = nq - j0 < 4 ? nq - j0 : 4;
-        for (int s = 0; s < nsb; s++) {
-            for (size_t j = 0; j < 4; j++) {
-                const float *q = qp + (j0 + (j < m ? j : 0)) * qs + 128 * (size_t)s;
-                for (int pr = 0; pr < 64; pr++)
-                    _mm512_store_ps(tab[j][pr], _mm512_fmadd_ps(_mm512_set1_ps(q[2 * pr + 1]), s1,
-                                                                _mm512_mul_ps(_mm512_set1_ps(q[2 * pr]), c1)));
-            }
-            /* byte offsets in a record: radii, levels 1..4 of super-block s */
-            const size_t rs = (size_t)s * 8 * sb, a1 = ra + (size_t)d / 4 * 0 + 32 * (size_t)s,
-                         a2 = ra + (size_t)d / 4 + 8 * (size_t)s, a3 = ra + (size_t)d / 4 + (size_t)d / 16 + 4 * (size_t)s,
-                         a4 = ra + (size_t)d / 4 + (size_t)d / 16 + (size_t)d / 32 + 2 * (size_t)s;
-            for (size_t i = 0; i < n16; i += 16) {
-                const uint8_t *base = codes + i * cb;
-#define G32(off) _mm512_i32gather_epi32(vidx, (const void *)(base + (off)), 1)
-                const __m512i g4 = _mm512_srli_epi32(G32(a4 - 2), 16), g3 = G32(a3);
-                const __m512i g2[2] = {G32(a2), G32(a2 + 4)};
-                __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-#pragma GCC unroll 8
-                for (int blk = 0; blk < 8; blk++) {
-                    __m512 rad;
-                    if (sc32) rad = _mm512_castsi512_ps(G32(rs + 4 * (size_t)blk));
-                    else {
-                        __m512i w = G32(rs + 4 * (size_t)(blk >> 1));
-                        if (blk & 1) w = _mm512_srli_epi32(w, 16);
-                        rad = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
-                    }
-                    const __m512i g1 = G32(a1 + 4 * (size_t)blk), i4 = _mm512_srli_epi32(g4, 2 * blk);
-#pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) {
-                        const __m512 R3 = _mm512_mul_ps(rad, _mm512_permutexvar_ps(i4, h ? s4 : c4));
-                        const __m512i i3 = _mm512_srli_epi32(g3, 4 * blk + 2 * h);
-#pragma GCC unroll 2
-                        for (int b2 = 0; b2 < 2; b2++) {
-                            const __m512 R2 = _mm512_mul_ps(R3, _mm512_permutexvar_ps(i3, b2 ? s3 : c3));
-                            const __m512i i2 = _mm512_srli_epi32(g2[blk >> 2], 8 * (blk & 3) + 4 * h + 2 * b2);
-#pragma GCC unroll 2
-                            for (int b1 = 0; b1 < 2; b1++) {
-                                const __m512 R1 = _mm512_mul_ps(R2, _mm512_permutexvar_ps(i2, b1 ? s2 : c2));
-                                const __m512i i1 = _mm512_srli_epi32(g1, 16 * h + 8 * b2 + 4 * b1);
-                                const int pr = 8 * blk + 4 * h + 2 * b2 + b1;
-#pragma GCC unroll 4
-                                for (int j = 0; j < 4; j++)
-                                    acc[j] = _mm512_fmadd_ps(R1, _mm512_permutexvar_ps(i1, _mm512_load_ps(tab[j][pr])), acc[j]);
-                            }
-                        }
-                    }
-                }
-#undef G32
-                for (size_t j = 0; j < m; j++) {
-                    float *sr = scores + (j0 + j) * n + i;
-                    _mm512_storeu_ps(sr, s ? _mm512_add_ps(_mm512_loadu_ps(sr), acc[j]) : acc[j]);
-                }
-            }
-        }
-    }
-    if (n16 < n) score_fast_body(p, qp, nq, codes, n16, n, scores, 4, 1);
-}
-
 /* accum_fast_body per (B, direct, rows): B = 3..6 with windows, B = 4 direct */
 #define DEF_FAST_ACCUM(NAME, B, D, NR)                                                                               \
     KVQ_TARGET_POLAR static void NAME(const kvq_plan *p, const float *w, size_t j0, const uint8_t *codes, size_t n,  \
@@ -1161,39 +1172,44 @@ static void accum_rec(const kvq_plan *p, const float *w, size_t nq, const uint8_
 }
 
 /*
- * Scores with lanes = records (B <= 4, every 16 | d). 16 records at a time:
- * the chunks of the pass (lane_build) are transposed (dwords16_transpose,
- * the records in the order that makes lane i record i), then per block the
- * upper levels expand lane-wise to the 8 pair radii R1 = rad·f4·f3·f2 (the
- * scalar decode's products, in its order) and each pair adds R1·T_p[k1] to
- * the score, T_p[k] = q_2p·cos1[k] + q_2p+1·sin1[k] (a table per call, row
- * and pair; one vpermps + one FMA per pair, row and 16 records). No
- * horizontal sums, no gathers. Rows in groups of NR <= 4 (one expansion per
- * group); the last group of records goes through a zero-padded copy (the
- * chunks read up to 15 bytes past a record).
+ * 8-bit scores (B <= 4, every 16 | d), lanes = 16 records. The chunks of a
+ * pass (lane_build) are transposed (dwords16_transpose, records in the order
+ * that makes lane i record i). Per block, each lane's 4 bytes are 4 pairs:
+ * the even ones (2u, u = 2h + e) and then the odd ones (2u + 1). Level-1
+ * indices: B = 4 nibbles by masking (even) or a shift and masking (odd), B = 3
+ * by vpmultishiftqb, with u in bits 4-5 for a vpermb into the row's 64-byte
+ * T8 table of those 4 pairs. g8: k4, k3, k2 gathered into one 6-bit index by
+ * three vpmultishiftqb and two bit selects, XOR (mirrored sines of levels 3,
+ * 4), one vpermb per parity. Per row: two vpermb, two vpdpbusd (u8 g8 x s8
+ * T8, the block's exact integer sum), one convert, one FMA with the radius.
+ * The last group of records goes through a zero-padded copy (the chunks read
+ * up to 15 bytes past a record). Same integers as score_i8.
  */
 KVQ_TARGET_POLAR PAI __m512i srlc(__m512i x, int n) { return _mm512_srlv_epi32(x, _mm512_set1_epi32(n)); }
+#define KVQ_TARGET_POLARI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vnni,avx2,fma,f16c,bmi2")))
 
-KVQ_TARGET_POLAR PAI void score_lane_body(const kvq_plan *p, const float *qp, size_t j0, const uint8_t *codes, size_t n,
-                                          float *scores, const int B, const int NR) {
+KVQ_TARGET_POLARI PAI void score_lane_body(const kvq_plan *p, const float *qp, size_t j0, const uint8_t *codes, size_t n,
+                                           float *scores, const int B, const int NR) {
     const polar_priv *P = p->priv;
     const polar_fast *F = P->fast;
-    const int sc32 = p->o.scale32, b2 = B - 2;
+    const int sc32 = p->o.scale32, w = B - 2, d = p->d;
     const size_t cb = p->code_bytes, qs = p->qfloats;
-    float tab[4][64][16] __attribute__((aligned(64))); /* fixed sizes: NR-sized arrays would be VLAs */
     uint8_t pad[16 * POLAR_LCB + 16];
-    const __m512 c1 = _mm512_loadu_ps(F->ct[1]), s1 = _mm512_loadu_ps(F->st[1]);
-    const __m512 c2 = _mm512_loadu_ps(F->ct[2]), s2 = _mm512_loadu_ps(F->st[2]);
-    const __m512 c3 = _mm512_loadu_ps(F->ct[3]), s3 = _mm512_loadu_ps(F->st[3]);
-    const __m512 c4 = _mm512_loadu_ps(F->ct[4]), s4 = _mm512_loadu_ps(F->st[4]);
+    const __m512i G0 = _mm512_loadu_si512(P->g8[0]), G1 = _mm512_loadu_si512(P->g8[1]);
+    const __m512i mlow = _mm512_set1_epi8((char)((1 << w) - 1)), mmid = _mm512_set1_epi8((char)(((1 << w) - 1) << w));
+    const int mw = (1 << w) - 1;
+    const __m512i kx = _mm512_set1_epi32((int)((uint32_t)(mw << w) << 8 | (uint32_t)mw << 16 | (uint32_t)(mw | mw << w) << 24));
+    const __m512i m0f = _mm512_set1_epi8(0x0f), slot = _mm512_set1_epi32(0x30201000);
+    const uint8_t *t8[4];
+    __m512 cq[4];
+    for (int j = 0; j < NR; j++) {
+        const float *q = qp + (j0 + (size_t)j) * qs;
+        t8[j] = (const uint8_t *)(q + d + 16);
+        cq[j] = _mm512_set1_ps(q[d]);
+    }
     for (int s = 0; s < F->nsb; s++) {
         const polar_lpass *ps = &F->lp[s];
-        for (int j = 0; j < NR; j++) {
-            const float *q = qp + (j0 + (size_t)j) * qs + 128 * (size_t)s;
-            for (int pr = 0; pr < 8 * ps->nb; pr++)
-                _mm512_store_ps(tab[j][pr], _mm512_fmadd_ps(_mm512_set1_ps(q[2 * pr + 1]), s1,
-                                                            _mm512_mul_ps(_mm512_set1_ps(q[2 * pr]), c1)));
-        }
         for (size_t i = 0; i < n; i += 16) {
             const uint8_t *base = codes + i * cb;
             __mmask16 keep = 0xFFFF;
@@ -1212,42 +1228,46 @@ KVQ_TARGET_POLAR PAI void score_lane_body(const kvq_plan *p, const float *qp, si
             for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_ps();
             for (int b = 0; b < ps->nb; b++) {
                 const polar_lblk *D = &ps->blk[b];
+                const uint8_t(*ms)[64] = ps->ms[b];
                 const __m512 rad = sc32 ? _mm512_castsi512_ps(X[D->xr])
                                         : _mm512_cvtph_ps(_mm512_cvtepi32_epi16(srlc(X[D->xr], D->sr)));
-                const __m512i i4 = srlc(X[D->x4], D->s4), x3 = srlc(X[D->x3], D->s3), x2 = srlc(X[D->x2], D->s2);
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    const __m512 R3 = _mm512_mul_ps(rad, _mm512_permutexvar_ps(i4, h ? s4 : c4));
-                    const __m512i i3 = h ? _mm512_srli_epi32(x3, b2) : x3;
-                    const __m512i x1 = srlc(X[D->x1[h]], D->s1[h]);
-#pragma GCC unroll 2
-                    for (int e = 0; e < 2; e++) {
-                        const __m512 R2 = _mm512_mul_ps(R3, _mm512_permutexvar_ps(i3, e ? s3 : c3));
-                        const __m512i i2 = _mm512_srli_epi32(x2, (2 * h + e) * b2);
-#pragma GCC unroll 2
-                        for (int f = 0; f < 2; f++) {
-                            const __m512 R1 = _mm512_mul_ps(R2, _mm512_permutexvar_ps(i2, f ? s2 : c2));
-                            const __m512i i1 = _mm512_srli_epi32(x1, (2 * e + f) * B);
-                            const int pr = 8 * b + 4 * h + 2 * e + f;
+                __m512i ia, ib;
+                if (B == 4) {
+                    ia = _mm512_ternarylogic_epi32(X[D->x1], m0f, slot, 0xEA);
+                    ib = _mm512_ternarylogic_epi32(_mm512_srli_epi32(X[D->x1], 4), m0f, slot, 0xEA);
+                } else {
+                    ia = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(_mm512_loadu_si512(ms[3]), X[D->x1]), m0f,
+                                                   slot, 0xEA);
+                    ib = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(_mm512_loadu_si512(ms[4]), X[D->x1]), m0f,
+                                                   slot, 0xEA);
+                }
+                const __m512i a4 = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(ms[0]), X[D->x4]);
+                const __m512i a3 = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(ms[1]), X[D->x3]);
+                const __m512i a2 = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(ms[2]), X[D->x2]);
+                const __m512i gi = _mm512_xor_si512(
+                    _mm512_ternarylogic_epi32(mlow, a4, _mm512_ternarylogic_epi32(mmid, a3, a2, 0xCA), 0xCA), kx);
+                const __m512i ga = _mm512_permutexvar_epi8(gi, G0), gb = _mm512_permutexvar_epi8(gi, G1);
+                const size_t to = 128 * (size_t)(8 * s + b);
 #pragma GCC unroll 4
-                            for (int j = 0; j < NR; j++)
-                                acc[j] = _mm512_fmadd_ps(R1, _mm512_permutexvar_ps(i1, _mm512_load_ps(tab[j][pr])), acc[j]);
-                        }
-                    }
+                for (int j = 0; j < NR; j++) {
+                    const __m512i ta = _mm512_permutexvar_epi8(ia, _mm512_loadu_si512(t8[j] + to));
+                    const __m512i tb = _mm512_permutexvar_epi8(ib, _mm512_loadu_si512(t8[j] + to + 64));
+                    const __m512i I = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ga, ta), gb, tb);
+                    acc[j] = _mm512_fmadd_ps(rad, _mm512_cvtepi32_ps(I), acc[j]);
                 }
             }
             for (int j = 0; j < NR; j++) {
                 float *sr = scores + (j0 + (size_t)j) * n + i;
-                const __m512 v = s ? _mm512_add_ps(_mm512_maskz_loadu_ps(keep, sr), acc[j]) : acc[j];
-                _mm512_mask_storeu_ps(sr, keep, v);
+                const __m512 v = _mm512_mul_ps(acc[j], cq[j]);
+                _mm512_mask_storeu_ps(sr, keep, s ? _mm512_add_ps(_mm512_maskz_loadu_ps(keep, sr), v) : v);
             }
         }
     }
 }
 
 #define DEF_LANE_SCORE(B, NR)                                                                                        \
-    KVQ_TARGET_POLAR static void score_lane_##B##_##NR(const kvq_plan *p, const float *qp, size_t j0,               \
-                                                       const uint8_t *codes, size_t n, float *scores) {              \
+    KVQ_TARGET_POLARI static void score_lane_##B##_##NR(const kvq_plan *p, const float *qp, size_t j0,              \
+                                                        const uint8_t *codes, size_t n, float *scores) {             \
         score_lane_body(p, qp, j0, codes, n, scores, B, NR);                                                        \
     }
 DEF_LANE_SCORE(3, 1) DEF_LANE_SCORE(3, 2) DEF_LANE_SCORE(3, 3) DEF_LANE_SCORE(3, 4)
@@ -1258,8 +1278,8 @@ static void score_lane(const kvq_plan *p, const float *qp, size_t nq, const uint
     static const lane_score_fn fn[2][4] = {{score_lane_3_1, score_lane_3_2, score_lane_3_3, score_lane_3_4},
                                            {score_lane_4_1, score_lane_4_2, score_lane_4_3, score_lane_4_4}};
     const polar_priv *P = p->priv;
-    if (p->code_bytes > POLAR_LCB) { /* rows longer than the padded copy (+outliers): the per-record kernel */
-        (P->b[1] == 3 ? score_fast_3 : score_fast_4)(p, qp, nq, codes, n, scores);
+    if (p->code_bytes > POLAR_LCB) { /* rows longer than the padded copy (+outliers): the reference */
+        score_i8(p, qp, nq, codes, n, scores);
         return;
     }
     /* rows in ceil(nq / 4) groups of nearly equal size (nq = 6: 3 + 3) */
@@ -1307,34 +1327,47 @@ static int init(kvq_plan *p) {
             for (int j = 1; j < P->cb[1].n / 4; j++) P->tant[1][j - 1] = (float)tan(2 * M_PI * j / P->cb[1].n);
     }
     P->ang_bytes = (bits + 7) / 8;
+    P->i8 = L == 4 && p->bits <= 4;
+    if (P->i8) {
+        /* g8[f][a | b << w | c << 2w] = round(255 cos4[a] cos3[b] (cos2 | sin2)[c]); the sines of levels 3, 4
+         * are the cosines of the mirrored index (symmetric codebooks: c[n-1-k] = pi/2 - c[k]) */
+        const int w = P->b[2], nw = 1 << (3 * w);
+        for (int f = 0; f < 2; f++)
+            for (int i = 0; i < 64; i++) {
+                const int t = i % nw, a4 = t & ((1 << w) - 1), a3 = (t >> w) & ((1 << w) - 1), a2 = t >> 2 * w;
+                const double g = cos((double)P->cb[4].c[a4]) * cos((double)P->cb[3].c[a3]) *
+                                 (f ? sin((double)P->cb[2].c[a2]) : cos((double)P->cb[2].c[a2]));
+                P->g8[f][i] = (uint8_t)lrint(255 * g);
+            }
+        for (int k = 0; k < 16; k++) P->c16[k] = P->cosc[1][k % P->cb[1].n], P->s16[k] = P->sinc[1][k % P->cb[1].n];
+    }
     int rc = rot_init(&p->rot, d, p->seed, !p->o.norot, p->isa);
     if (rc) return rc;
     p->cb = P->cb[1];
     if (L >= 2) p->cb2 = P->cb[2];
     p->rotated = !p->o.norot;
     p->code_bytes = (size_t)P->m * scale_bytes(p) + P->ang_bytes;
-    p->qfloats = (size_t)d;
+    p->qfloats = P->i8 ? POLAR_I8_QF(d) : (size_t)d;
     p->encode = enc;
     p->decode = dec;
-    p->prep = generic_prep_rot;
-    p->score = score;
+    p->prep = P->i8 ? prep_i8 : generic_prep_rot;
+    p->score = P->i8 ? score_i8 : score;
     p->accum = accum;
 #if KVQ_X86
     if (p->isa >= KVQ_ISA_AVX2) {
         p->encode = enc_avx2;
         p->decode = dec_avx2;
-        p->score = score_avx2;
+        if (!P->i8) p->score = score_avx2;
         p->accum = accum_avx2;
     }
     if (p->isa >= KVQ_ISA_AVX512 && p->vnni && (P->fast = fast_build(p, P)) != NULL) {
-        switch (p->bits) {
+        if (!P->i8) switch (p->bits) {
 #define CASE_POLAR_FAST(B) case B: p->score = score_fast_##B; break;
-            POLAR_FAST_B(CASE_POLAR_FAST)
+                POLAR_FAST_B(CASE_POLAR_FAST)
 #undef CASE_POLAR_FAST
-        }
+            }
         p->accum = accum_fast;
-        if (P->fast->direct) p->score = score_fast_4d;
-        if (P->fast->lane) p->score = score_lane;
+        if (P->fast->lane && P->i8) p->score = score_lane;
         if (P->fast->pk && !P->fast->direct) p->accum = accum_rec; /* direct (128 | d): broadcast loads, faster there */
     }
 #endif
