@@ -117,8 +117,8 @@ TV AI void q8s_pass(const kvq_plan *p, const float *qp, size_t j0, const int QT,
                     float *scores, const int D) {
     const int nb = (D + 31) / 32;
     const size_t stride = p->code_bytes, qs = p->qfloats, off = 2 * (size_t)nb;
-    const float *row[4];
-    const int8_t *q8[4];
+    const float *row[8];
+    const int8_t *q8[8];
     for (int j = 0; j < QT; j++) {
         row[j] = qp + (j0 + (size_t)j) * qs;
         q8[j] = qblk_q8(row[j], nb);
@@ -128,11 +128,11 @@ TV AI void q8s_pass(const kvq_plan *p, const float *qp, size_t j0, const int QT,
         const size_t m = n - i0 < 16 ? n - i0 : 16;
         const uint8_t *r[16];
         rec16(codes, stride, i0, m, r);
-        __m512 s[4], ks[4];
+        __m512 s[8], ks[4];
         for (int j = 0; j < QT; j++) s[j] = _mm512_setzero_ps();
         for (int b = 0; b < nb; b++) {
             if (b % 4 == 0) q8_scales16(r, b / 4, ks);
-            __m512i a[4];
+            __m512i a[8];
             for (int j = 0; j < QT; j++) a[j] = _mm512_set1_epi32(-128 * (int32_t)row[j][nb + b]);
             for (int c0 = 32 * b; c0 < 32 * b + 32 && c0 < D; c0 += 16) {
                 const int S = D - c0 >= 16 ? 16 : 8;
@@ -161,8 +161,8 @@ TV AI void q4s_pass(const kvq_plan *p, const float *qp, size_t j0, const int QT,
                     float *scores, const int D) {
     const int nb = (D + 31) / 32;
     const size_t stride = p->code_bytes, qs = p->qfloats, off = 4 * (size_t)nb;
-    const float *row[4];
-    const int8_t *q8[4];
+    const float *row[8];
+    const int8_t *q8[8];
     for (int j = 0; j < QT; j++) {
         row[j] = qp + (j0 + (size_t)j) * qs;
         q8[j] = qblk_q8(row[j], nb);
@@ -172,12 +172,12 @@ TV AI void q4s_pass(const kvq_plan *p, const float *qp, size_t j0, const int QT,
         const size_t m = n - i0 < 16 ? n - i0 : 16;
         const uint8_t *r[16];
         rec16(codes, stride, i0, m, r);
-        __m512 s[4], ks[4], km[4];
+        __m512 s[8], ks[4], km[4];
         for (int j = 0; j < QT; j++) s[j] = _mm512_setzero_ps();
         for (int b = 0; b < nb; b++) {
             if (b % 4 == 0) q4_scales16(r, b / 4, ks, km);
             const int S = D - 32 * b >= 32 ? 16 : 8;
-            __m512i a[4], X[4];
+            __m512i a[8], X[4];
             for (int j = 0; j < QT; j++) a[j] = _mm512_setzero_si512();
             dwords16_transpose(r, off + 16 * (size_t)b, S, X);
             for (int g = 0; g < S / 4; g++) {
@@ -202,15 +202,19 @@ TV AI void q4s_pass(const kvq_plan *p, const float *qp, size_t j0, const int QT,
     }
 }
 
+/* passes of 8 rows (G = 8, prefill: the transposes serve twice the rows),
+ * then of <= 4 */
 #define SCORE_BODY(NAME, PASS)                                                                                   \
     TV AI void NAME(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores, \
                     const int D) {                                                                               \
-        for (size_t j0 = 0; j0 < nq; j0 += 4) {                                                                  \
-            switch (nq - j0 < 4 ? nq - j0 : 4) {                                                                 \
-            case 1: PASS(p, qp, j0, 1, codes, n, scores, D); break;                                              \
-            case 2: PASS(p, qp, j0, 2, codes, n, scores, D); break;                                              \
-            case 3: PASS(p, qp, j0, 3, codes, n, scores, D); break;                                              \
-            default: PASS(p, qp, j0, 4, codes, n, scores, D); break;                                             \
+        for (size_t j0 = 0; j0 < nq;) {                                                                          \
+            const size_t left = nq - j0;                                                                         \
+            switch (left >= 8 ? 8 : left >= 4 ? 4 : left) {                                                     \
+            case 1: PASS(p, qp, j0, 1, codes, n, scores, D); j0 += 1; break;                                     \
+            case 2: PASS(p, qp, j0, 2, codes, n, scores, D); j0 += 2; break;                                     \
+            case 3: PASS(p, qp, j0, 3, codes, n, scores, D); j0 += 3; break;                                     \
+            case 4: PASS(p, qp, j0, 4, codes, n, scores, D); j0 += 4; break;                                     \
+            default: PASS(p, qp, j0, 8, codes, n, scores, D); j0 += 8; break;                                    \
             }                                                                                                    \
         }                                                                                                        \
     }
