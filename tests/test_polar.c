@@ -394,6 +394,17 @@ static void test_simd_vs_scalar(void) {
             float *qp = malloc(nq * qf * sizeof *qp), *s1 = malloc(nq * n * sizeof *s1), *s2 = malloc(nq * n * sizeof *s2);
             float *w = malloc(nq * n * sizeof *w), *a1 = calloc(nq * d, sizeof *a1), *a2 = calloc(nq * d, sizeof *a2);
             for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(pv, q + j * d, qp + j * qf));
+            {   /* prepared rows (8-bit pair tables included) are the same bytes on every ISA; the
+                 * rotation itself is compared where it is the same computation (Hadamard, none) */
+                float *qs = malloc(nq * qf * sizeof *qs);
+                for (size_t j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(ps, q + j * d, qs + j * qf));
+                int same = 1;
+                for (size_t j = 0; j < nq; j++) same &= !memcmp(qs + j * qf + d, qp + j * qf + d, (qf - d) * sizeof *qs);
+                for (size_t j = 0; j < nq && (norot || !(d & (d - 1))); j++)
+                    same &= !memcmp(qs + j * qf, qp + j * qf, d * sizeof *qs);
+                CHECK(same, "%s d=%d: prepared rows differ between ISAs", spec, d);
+                free(qs);
+            }
             CHECK_OK(kvq_score(pv, qp, nq, cs, n, s1));
             CHECK_OK(kvq_score(ps, qp, nq, cs, n, s2));
             tu_rng r = {d};
@@ -470,6 +481,28 @@ static void test_kernel_sizes(void) {
         }
 }
 
+/* Non-finite query entries give the same prepared bytes on every ISA (the
+ * scores are then meaningless, but defined and sanitizer-clean). */
+static void test_prep_nonfinite(void) {
+    const int d = 64;
+    kvq_plan *pv, *ps;
+    CHECK_OK(kvq_plan_create(&pv, "polar+norot", d, 3, NULL, 0));
+    CHECK_OK(kvq_plan_clone_isa(&ps, pv, KVQ_ISA_SCALAR));
+    const size_t qf = kvq_plan_query_floats(pv);
+    float *q = gauss_rows(3, d, 77), *a = malloc(3 * qf * sizeof *a), *b = malloc(3 * qf * sizeof *b);
+    q[5] = NAN;
+    q[d + 7] = INFINITY;
+    for (int c = 0; c < d; c++) q[2 * d + c] = 0; /* zero row: scale 0 */
+    for (int j = 0; j < 3; j++) {
+        CHECK_OK(kvq_query_prepare(pv, q + j * d, a + j * qf));
+        CHECK_OK(kvq_query_prepare(ps, q + j * d, b + j * qf));
+        CHECK(!memcmp((const char *)(a + j * qf + d + 1), (const char *)(b + j * qf + d + 1), (qf - d - 1) * sizeof *a),
+              "row %d: 8-bit tables differ", j);
+    }
+    free(q), free(a), free(b);
+    kvq_plan_free(pv), kvq_plan_free(ps);
+}
+
 static void test_errors(void) {
     kvq_plan *p = NULL;
     static const int bad_dims[6] = {0, 16, 24, 30, 100, 520};
@@ -517,6 +550,7 @@ int main(void) {
     test_score_accum_determinism();
     test_simd_vs_scalar();
     test_kernel_sizes();
+    test_prep_nonfinite();
     test_errors();
     return tu_finish("test_polar");
 }

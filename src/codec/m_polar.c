@@ -337,12 +337,55 @@ static void prep_i8(const kvq_plan *p, const float *q, float *qp) {
     for (int pr = 0; pr < d / 2; pr++) {
         const int b = pr / 8, u = (pr % 8) >> 1, f = pr & 1;
         for (int k = 0; k < 16; k++) {
-            float v = round_ne((qp[2 * pr] * P->c16[k] + qp[2 * pr + 1] * P->s16[k]) * inv);
-            v = v > 127 ? 127 : v < -127 ? -127 : v;
-            t8[128 * b + 64 * f + 16 * u + k] = (int8_t)v;
+            float v = (qp[2 * pr] * P->c16[k] + qp[2 * pr + 1] * P->s16[k]) * inv;
+            v = !(v >= -127) ? -127 : v > 127 ? 127 : v; /* NaN: -127, as maxps / minps */
+            t8[128 * b + 64 * f + 16 * u + k] = (int8_t)round_ne(v);
         }
     }
 }
+
+#if KVQ_X86
+/* prep_i8 with AVX2: the same float operations (mul, mul, add; max of |T|,
+ * NaN ignored as fmaxf; clamp, then cvtps2dq's round-to-nearest-even), so
+ * the same bytes. */
+KVQ_TARGET_AVX2 static void prep_i8_avx2(const kvq_plan *p, const float *q, float *qp) {
+    const polar_priv *P = p->priv;
+    const int d = p->d;
+    float T[KVQ_DIM_MAX / 2 * 16];
+    rot_apply(&p->rot, q, qp);
+    const __m256 c0 = _mm256_loadu_ps(P->c16), c1 = _mm256_loadu_ps(P->c16 + 8);
+    const __m256 s0 = _mm256_loadu_ps(P->s16), s1 = _mm256_loadu_ps(P->s16 + 8);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mv = _mm256_setzero_ps();
+    for (int pr = 0; pr < d / 2; pr++) {
+        const __m256 a = _mm256_set1_ps(qp[2 * pr]), b = _mm256_set1_ps(qp[2 * pr + 1]);
+        const __m256 t0 = _mm256_add_ps(_mm256_mul_ps(a, c0), _mm256_mul_ps(b, s0));
+        const __m256 t1 = _mm256_add_ps(_mm256_mul_ps(a, c1), _mm256_mul_ps(b, s1));
+        _mm256_storeu_ps(T + 16 * pr, t0);
+        _mm256_storeu_ps(T + 16 * pr + 8, t1);
+        mv = _mm256_max_ps(_mm256_and_ps(t0, absm), mv);
+        mv = _mm256_max_ps(_mm256_and_ps(t1, absm), mv);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float m = _mm_cvtss_f32(m4), inv = m > 0 ? 127.0f / m : 0.0f;
+    qp[d] = m / 32385.0f;
+    for (int k = 1; k < 16; k++) qp[d + k] = 0;
+    int8_t *t8 = (int8_t *)(qp + d + 16);
+    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    for (int pr = 0; pr < d / 2; pr++) {
+        const int b = pr / 8, u = (pr % 8) >> 1, f = pr & 1;
+        __m256i v[2];
+        for (int h = 0; h < 2; h++)
+            v[h] = _mm256_cvtps_epi32(
+                _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(T + 16 * pr + 8 * h), vinv), lo), hi));
+        const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(v[0]), _mm256_extracti128_si256(v[0], 1));
+        const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(v[1]), _mm256_extracti128_si256(v[1], 1));
+        _mm_storeu_si128((__m128i *)(t8 + 128 * b + 64 * f + 16 * u), _mm_packs_epi16(w0, w1));
+    }
+}
+#endif
 
 /* The 8-bit score reference: s = c · sum_b rad_b · sum_p g8_p · T8_p[k1_p]. */
 static void score_i8(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
@@ -1357,7 +1400,8 @@ static int init(kvq_plan *p) {
     if (p->isa >= KVQ_ISA_AVX2) {
         p->encode = enc_avx2;
         p->decode = dec_avx2;
-        if (!P->i8) p->score = score_avx2;
+        if (P->i8) p->prep = prep_i8_avx2;
+        else p->score = score_avx2;
         p->accum = accum_avx2;
     }
     if (p->isa >= KVQ_ISA_AVX512 && p->vnni && (P->fast = fast_build(p, P)) != NULL) {
