@@ -54,7 +54,8 @@ KVQ_TARGET_AVX512 static inline AI __m512 tree_sum(__m512 *a, const int ng) {
 
 /* Lane j of a 4-float vector, broadcast to 16 lanes. */
 KVQ_TARGET_AVX512 static inline AI __m512 bcast_lane(__m128 v, int j) {
-    return _mm512_broadcastss_ps(_mm_castsi128_ps(_mm_srli_si128(_mm_castps_si128(v), 4 * j)));
+    /* vpermps, not a byte shift: j need not be a compile-time constant (-O0) */
+    return _mm512_permutexvar_ps(_mm512_set1_epi32(j), _mm512_castps128_ps512(v));
 }
 
 /* Strided packing of the indices id[0..d/16) (16 coordinates per register):
@@ -264,7 +265,9 @@ KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_
 KVQ_TARGET_AVX512 static inline AI unsigned store_scales(__m128 s, int nv, int scale32, uint8_t *rec, size_t stride) {
     const __m128 lim = _mm_set1_ps(scale32 ? INFINITY : 65504.0f);
     const __m128 a = _mm_and_ps(s, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
-    unsigned bad = ~(unsigned)_mm_cmp_ps_mask(a, lim, scale32 ? _CMP_LT_OQ : _CMP_LE_OQ) & ((1u << nv) - 1);
+    /* two calls, not a conditional predicate: the predicate must be an immediate at -O0 too */
+    const __mmask8 ok = scale32 ? _mm_cmp_ps_mask(a, lim, _CMP_LT_OQ) : _mm_cmp_ps_mask(a, lim, _CMP_LE_OQ);
+    unsigned bad = ~(unsigned)ok & ((1u << nv) - 1);
     if (scale32) {
         float f[4];
         _mm_storeu_ps(f, s);
