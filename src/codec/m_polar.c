@@ -1080,9 +1080,17 @@ KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, siz
                 __m512 a[4][4];
                 for (int j = 0; j < NR; j++)
                     for (int z = 0; z < 4; z++) a[j][z] = _mm512_load_ps(part[b2][j][z]);
-                for (size_t i = c0; i < ce; i++) {
-                    __m512 y[4];
-                    if (b2 == 0) {
+#define ACC_Y                                                                                                        \
+    do {                                                                                                             \
+        __m512 g[4];                                                                                                 \
+        for (int j = 0; j < NR; j++) g[j] = _mm512_set1_ps(wr[j][i]);                                               \
+        _Pragma("GCC unroll 4") for (int z = 0; z < 4; z++) _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)  \
+            a[j][z] = _mm512_fmadd_ps(g[j], y[z], a[j][z]);                                                          \
+    } while (0)
+                if (b2 == 0) { /* two loops, not a branch per record */
+#pragma GCC unroll 2
+                    for (size_t i = c0; i < ce; i++) {
+                        __m512 y[4];
                         const uint8_t *rec = codes + i * cb;
                         __m512 R2[2];
                         __m512i x2, x1;
@@ -1091,17 +1099,18 @@ KVQ_TARGET_POLAR PAI void accum_fast_body(const kvq_plan *p, const float *w, siz
                         keep[i - c0][1] = _mm512_castsi512_ps(x2);
                         keep[i - c0][2] = _mm512_castsi512_ps(x1);
                         fast_lower(F, &T, R2[0], x2, x1, 0, B, y);
-                    } else {
+                        ACC_Y;
+                    }
+                } else {
+#pragma GCC unroll 2
+                    for (size_t i = c0; i < ce; i++) {
+                        __m512 y[4];
                         fast_lower(F, &T, keep[i - c0][0], _mm512_castps_si512(keep[i - c0][1]),
                                    _mm512_castps_si512(keep[i - c0][2]), 1, B, y);
+                        ACC_Y;
                     }
-                    __m512 g[4];
-                    for (int j = 0; j < NR; j++) g[j] = _mm512_set1_ps(wr[j][i]);
-#pragma GCC unroll 4
-                    for (int z = 0; z < 4; z++)
-#pragma GCC unroll 4
-                        for (int j = 0; j < NR; j++) a[j][z] = _mm512_fmadd_ps(g[j], y[z], a[j][z]);
                 }
+#undef ACC_Y
                 for (int j = 0; j < NR; j++)
                     for (int z = 0; z < 4; z++) _mm512_store_ps(part[b2][j][z], a[j][z]);
             }
@@ -1175,45 +1184,61 @@ KVQ_TARGET_POLAR PAI void accum_rec_body(const kvq_plan *p, const float *w, size
             __m512 a[4][4];
             for (int j = 0; j < NR; j++)
                 for (int z = 0; z < 4; z++) a[j][z] = _mm512_load_ps(part[b2][j][z]);
-            for (size_t i = c0, g = 0; i < ce; i += PK, g++) {
+            /* full groups [c0, cf), then the last one if it is short (its missing weights zero) */
+            const size_t cf = ce == n ? c0 + (ce - c0) / PK * PK : ce;
+#define REC_UPPER(LM)                                                                                                \
+    const __m512i R = _mm512_maskz_loadu_epi8((LM), codes + i * cb);                                                 \
+    const __m512i rb = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mrad), R);                                      \
+    const __m512 rad = sc32 ? _mm512_maskz_mov_ps(lanes, _mm512_castsi512_ps(rb))                                   \
+                            : _mm512_maskz_cvtph_ps(lanes, _mm512_castsi512_si256(rb));                              \
+    const __m512i x4 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[4]), R);                                 \
+    const __m512i i4 =                                                                                               \
+        _mm512_ternarylogic_epi32(mfield(F, x4, 4, 0), _mm512_set1_epi32(nn - 1), _mm512_loadu_si512(F->add4), 0xEA); \
+    const __m512 R3 = _mm512_mul_ps(rad, plut(T.t4, i4, 2 * nn));                                                   \
+    const __m512i i3 = mfield(F, _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[3]), R), 3, 0);               \
+    const __m512 R20 = _mm512_mul_ps(R3, plut(&T.c3, i3, nn));                                                       \
+    const __m512i x2 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[2]), R);                                 \
+    const __m512i x1 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[1]), R);                                 \
+    keep[g][0] = _mm512_mul_ps(R3, plut(&T.s3, i3, nn));                                                             \
+    keep[g][1] = _mm512_castsi512_ps(x2);                                                                            \
+    keep[g][2] = _mm512_castsi512_ps(x1);                                                                            \
+    rec_lower(F, &T, R20, x2, x1, 0, B, y)
+#define REC_KEPT rec_lower(F, &T, keep[g][0], _mm512_castps_si512(keep[g][1]), _mm512_castps_si512(keep[g][2]), 1, B, y)
+#define REC_ACC(WSRC)                                                                                                \
+    do {                                                                                                             \
+        __m512 g8[4];                                                                                                \
+        for (int j = 0; j < NR; j++) g8[j] = rec_weight(WSRC, PK);                                                  \
+        _Pragma("GCC unroll 4") for (int z = 0; z < 4; z++) _Pragma("GCC unroll 4") for (int j = 0; j < NR; j++)  \
+            a[j][z] = _mm512_fmadd_ps(g8[j], y[z], a[j][z]);                                                         \
+    } while (0)
+            size_t i = c0, g = 0;
+            if (b2 == 0)
+                for (; i < cf; i += PK, g++) {
+                    __m512 y[4];
+                    REC_UPPER(lmf);
+                    REC_ACC(wr[j] + i);
+                }
+            else
+                for (; i < cf; i += PK, g++) {
+                    __m512 y[4];
+                    REC_KEPT;
+                    REC_ACC(wr[j] + i);
+                }
+            if (i < ce) {
                 __m512 y[4];
+                float wt[4][4] = {{0}};
+                for (int j = 0; j < NR; j++)
+                    for (size_t k = 0; k < ce - i; k++) wt[j][k] = wr[j][i + k];
                 if (b2 == 0) {
-                    const __mmask64 lm = i + PK <= n ? lmf : (((__mmask64)1 << ((n - i) * cb)) - 1);
-                    const __m512i R = _mm512_maskz_loadu_epi8(lm, codes + i * cb);
-                    const __m512i rb = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mrad), R);
-                    const __m512 rad = sc32 ? _mm512_maskz_mov_ps(lanes, _mm512_castsi512_ps(rb))
-                                            : _mm512_maskz_cvtph_ps(lanes, _mm512_castsi512_si256(rb));
-                    const __m512i x4 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[4]), R);
-                    const __m512i i4 = _mm512_ternarylogic_epi32(mfield(F, x4, 4, 0), _mm512_set1_epi32(nn - 1),
-                                                                 _mm512_loadu_si512(F->add4), 0xEA);
-                    const __m512 R3 = _mm512_mul_ps(rad, plut(T.t4, i4, 2 * nn));
-                    const __m512i i3 = mfield(F, _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[3]), R), 3, 0);
-                    const __m512 R20 = _mm512_mul_ps(R3, plut(&T.c3, i3, nn));
-                    const __m512i x2 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[2]), R);
-                    const __m512i x1 = _mm512_permutexvar_epi8(_mm512_loadu_si512(F->mperm[1]), R);
-                    keep[g][0] = _mm512_mul_ps(R3, plut(&T.s3, i3, nn));
-                    keep[g][1] = _mm512_castsi512_ps(x2);
-                    keep[g][2] = _mm512_castsi512_ps(x1);
-                    rec_lower(F, &T, R20, x2, x1, 0, B, y);
+                    REC_UPPER(((__mmask64)1 << ((ce - i) * cb)) - 1);
                 } else {
-                    rec_lower(F, &T, keep[g][0], _mm512_castps_si512(keep[g][1]), _mm512_castps_si512(keep[g][2]), 1, B,
-                              y);
+                    REC_KEPT;
                 }
-                __m512 g8[4];
-                if (i + PK <= n) {
-                    for (int j = 0; j < NR; j++) g8[j] = rec_weight(wr[j] + i, PK);
-                } else { /* the last group: weights past n are zero */
-                    for (int j = 0; j < NR; j++) {
-                        float wt[4] = {0, 0, 0, 0};
-                        for (size_t k = 0; k < n - i && k < 4; k++) wt[k] = wr[j][i + k];
-                        g8[j] = rec_weight(wt, PK);
-                    }
-                }
-#pragma GCC unroll 4
-                for (int z = 0; z < 4; z++)
-#pragma GCC unroll 4
-                    for (int j = 0; j < NR; j++) a[j][z] = _mm512_fmadd_ps(g8[j], y[z], a[j][z]);
+                REC_ACC(wt[j]);
             }
+#undef REC_UPPER
+#undef REC_KEPT
+#undef REC_ACC
             for (int j = 0; j < NR; j++)
                 for (int z = 0; z < 4; z++) _mm512_store_ps(part[b2][j][z], a[j][z]);
         }
