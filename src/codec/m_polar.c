@@ -64,8 +64,8 @@
  * integer sum per block of 16 coordinates, on every ISA:
  *   s = c · sum_b rad_b · sum_{p in b} g8_p · T8_p[k1_p]
  * T_p[k] = q~_2p cos1[k] + q~_2p+1 sin1[k] (the pair's dot product with the
- * level-1 centroid direction), T8 = round(T / sigma) with sigma = max|T| /
- * 127 over the row's pairs and angles, computed once per query (prep_i8);
+ * level-1 centroid direction), T8 = round(T · 127 / max|T|) over the row's
+ * pairs and angles (sigma = max|T| / 127), computed once per query (prep_i8);
  * g_p = f4·f3·f2 of the pair (cos or sin of its level-4, 3, 2 angles, all
  * >= 0), g8 = round(255 g) from a 64-entry table; c = sigma / 255. The
  * sines of levels 3 and 4 are read as the cosines of the mirrored index
@@ -85,8 +85,9 @@
  * below 128 coordinates 2 or 4 records share the 16 lanes (accum_rec_body).
  * 8-bit scores with VNNI take lanes = 16 records: per block two vpermb of
  * the row's tables and two vpdpbusd per row (score_lane_body). d = 128,
- * polar:4, 4 rows, per record: score 80 -> 5.2 ns, accumulate 72 -> 17 ns;
- * d = 64, 3 rows: 2.4 and 8.5 ns (f16: 12 / 9.5 and 6.8 / 4.8 ns). Other
+ * polar:4, 4 rows, per record: score 5.2 ns (AVX2 78, float expansion 18),
+ * accumulate 17 ns (AVX2 72); d = 64, 3 rows: 2.4 and 8.1 ns (expansion
+ * 23 and 18; f16: 12 / 9.5 and 6.8 / 4.8 ns). Other
  * AVX-512 plans use the AVX2 kernels.
  */
 #include <math.h>
