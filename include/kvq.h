@@ -187,7 +187,8 @@ int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float *out);
 /*
  * Prepares a query for scoring: writes kvq_plan_query_floats(plan) floats,
  * an opaque row (the rotated query, its QJL projection for sketch-based
- * methods, 8-bit copies for the integer scores of tq-mse <= 4 bits, q8, q4).
+ * methods, 8-bit copies for the integer scores of tq-mse <= 4 bits, q8, q4,
+ * and the 8-bit pair tables of polar / polar:3).
  */
 int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep);
 
