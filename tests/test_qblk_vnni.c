@@ -190,14 +190,7 @@ static void check_accum(const char *spec, kvq_plan *fast, kvq_plan *ref, int d, 
     uint8_t *codes = malloc(n * cb);
     gen(r, x, n, d, 1);
     CHECK_OK(kvq_encode(ref, x, KVQ_DTYPE_F32, n, codes));
-    for (size_t j = 0; j < nq; j++)
-        for (size_t i = 0; i < n; i++) {
-            float v = (float)exp(2.5 * tu_gauss(r)); /* softmax-like: a few large, many tiny */
-            if (j == 1) v = 0;                       /* a row of zeros */
-            if (j == 2) v = (float)(1e-30 * tu_uniform(r));
-            w[j * n + i] = v;
-        }
-    if (neg) w[(nq - 1) * n + n / 2] = -0.5f; /* that (row, run) goes float */
+    tu_softmax_weights(r, w, nq, n, neg); /* the last row's negative weight: float path */
     for (size_t k = 0; k < nq * d; k++) a0[k] = ak[k] = ar[k] = (float)tu_gauss(r);
     CHECK_OK(kvq_accumulate(ref, w, nq, codes, n, ar));
     CHECK_OK(kvq_accumulate(fast, w, nq, codes, n, ak));

@@ -30,14 +30,7 @@ static void check_case(const char *spec, int d, size_t n, size_t nq, int neg, tu
     uint8_t *codes = malloc(n * p->code_bytes), idx[KVQ_DIM_MAX];
     for (size_t i = 0; i < n * d; i++) x[i] = (float)(tu_gauss(r) * (1 + (i / d) % 3));
     CHECK_OK(kvq_encode(p, x, KVQ_DTYPE_F32, n, codes));
-    for (size_t j = 0; j < nq; j++)
-        for (size_t i = 0; i < n; i++) {
-            float v = (float)exp(2.5 * tu_gauss(r)); /* softmax-like: a few large, many tiny */
-            if (j == 1) v = 0;                      /* a row of zeros */
-            if (j == 2) v = (float)(1e-30 * tu_uniform(r));
-            w[j * n + i] = v;
-        }
-    if (neg) w[(nq - 1) * n + n / 2] = -0.5f; /* that run falls back to float */
+    tu_softmax_weights(r, w, nq, n, neg); /* the last row's negative weight: float path */
     {
         const size_t qf = p->qfloats;
         float *q = malloc(nq * d * sizeof *q), *qp = malloc(nq * qf * sizeof *qp);

@@ -32,6 +32,17 @@ double tu_laplace(tu_rng *r) {
     return u < 0 ? -mag : mag;
 }
 
+void tu_softmax_weights(tu_rng *r, float *w, size_t nq, size_t n, int neg) {
+    for (size_t j = 0; j < nq; j++)
+        for (size_t i = 0; i < n; i++) {
+            float v = (float)exp(2.5 * tu_gauss(r));
+            if (j == 1) v = 0;
+            if (j == 2) v = (float)(1e-30 * tu_uniform(r));
+            w[j * n + i] = v;
+        }
+    if (neg) w[(nq - 1) * n + n / 2] = -0.5f;
+}
+
 double tu_rel_l2(const float *a, const float *b, size_t n) {
     double e = 0, s = 0;
     for (size_t i = 0; i < n; i++) {

@@ -34,6 +34,12 @@ double tu_uniform(tu_rng *r);   /* [0, 1) */
 double tu_gauss(tu_rng *r);     /* N(0, 1) */
 double tu_laplace(tu_rng *r);   /* unit-variance Laplacian */
 
+/* nq rows of n attention-like weights for kernel tests: exp(2.5 g),
+ * a few large and many tiny; row 1 all zeros, row 2 below 1e-30; with neg,
+ * one negative weight in the middle of the last row (kernels must take
+ * that row and run on their float path). */
+void tu_softmax_weights(tu_rng *r, float *w, size_t nq, size_t n, int neg);
+
 /* |a - b| / |b| (L2, in double; |a - b| when b is zero). */
 double tu_rel_l2(const float *a, const float *b, size_t n);
 #endif
