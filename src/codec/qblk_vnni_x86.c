@@ -73,10 +73,6 @@ static const uint8_t WSPLIT[128] = {WS16(0, 0), WS16(1, 0), WS16(2, 0), WS16(3, 
 static const int32_t EO_LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
 static const int32_t EO_HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
-/* acc += a (unsigned bytes) . b (signed bytes), in place: gcc 12 copies the
- * accumulators of the intrinsic around every vpdpbusd of these loops (two
- * moves per instruction and spills, ~30% of the value kernels' time). */
-#define DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
 
 static inline __mmask16 lanes(size_t k) { return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1); }
 

@@ -29,6 +29,12 @@ KVQ_TARGET_AVX2 static inline float hsum_256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* acc += a (unsigned bytes) . b (signed bytes) per dword (vpdpbusd), in
+ * place: gcc 12 copies the accumulators of _mm512_dpbusd_epi32 around every
+ * instruction in the integer value loops (two moves each, and spills: ~30%
+ * of those kernels' time). Needs an AVX-512 VNNI target. */
+#define DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+
 /* Dwords of the 16-byte chunk at offset o (S < 16: the 8-byte chunk, dwords
  * 0 and 1) of 16 records r[0..15], transposed so that lanes are records:
  * X[g] lane 4i + q = dword g of record 4q + i (the token-lane score kernels

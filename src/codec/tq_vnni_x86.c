@@ -158,8 +158,8 @@ TV AI void accv_pass(const tq_layout *L, size_t j0, const int QT, const uint8_t 
                 const int o = v0 + v, mv = (o % K) * C + o / K;
                 const __m512i u = cent4(r, D, B, mv, tab, p16, p8);
                 for (int j = 0; j < QT; j++) {
-                    H[j][v] = _mm512_dpbusd_epi32(H[j][v], bh[j], u);
-                    Lo[j][v] = _mm512_dpbusd_epi32(Lo[j][v], bl[j], u);
+                    DPBUSD(H[j][v], bh[j], u);
+                    DPBUSD(Lo[j][v], bl[j], u);
                 }
             }
         }
