@@ -76,11 +76,6 @@ int kvq_cpu_has_avx512bf16(void) {
 kvq_isa kvq_cpu_isa(void) { return KVQ_ISA_SCALAR; }
 int kvq_cpu_has_avx512vnni(void) { return 0; }
 int kvq_cpu_has_int8_dot(void) { return 0; }
-int kvq_cpu_has_int8_dot(void) {
-    if (kvq_cpu_isa() < KVQ_ISA_AVX512 || getenv("KVQ_NO_VNNI")) return 0;
-    cpu_bits r = read_cpu();
-    return ((r.c7 >> 11) & 1) && ((r.c7 >> 1) & 1); /* AVX512_VNNI and AVX512_VBMI */
-}
 
 int kvq_cpu_has_avx512bf16(void) { return 0; }
 #endif

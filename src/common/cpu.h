@@ -14,7 +14,8 @@ int kvq_cpu_has_int8_dot(void);
 /* 1 if the CPU has AVX512-BF16 (vdpbf16ps). */
 int kvq_cpu_has_avx512bf16(void);
 
-#if defined(__x86_64__) || defined(__i386__)
+/* KVQ_NO_X86: build the portable (scalar) code only, as on other CPUs. */
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(KVQ_NO_X86)
 #define KVQ_X86 1
 #define KVQ_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
 #define KVQ_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")))
