@@ -977,16 +977,22 @@ KVQ_TARGET_POLAR PAI __m512i field(const polar_fast *F, __m512i x, int l, int m)
 /* Super-block s of a record (rad: its radii, ang: its angle stream). half < 0:
  * y[8], y[4·b2 + 2·b1 + b0]; half = b2: y[4], y[2·b1 + b0] of that b2. */
 /* Levels 2 and 1 of half b2: y[2·b1 + b0] from R2[b2] and the lanes' words. */
-KVQ_TARGET_POLAR PAI void fast_lower(const polar_fast *F, const polar_tabs *T, __m512 R2, __m512i x2, __m512i x1,
-                                     const int b2, const int B, __m512 *y) {
+/* sh: the lanes' field shifts, F->sh (this layout) or F->msh (record lanes,
+ * rec_lower below). */
+KVQ_TARGET_POLAR PAI void lower_levels(const int32_t (*sh)[4][16], const polar_tabs *T, __m512 R2, __m512i x2,
+                                       __m512i x1, const int b2, const int B, __m512 *y) {
     const int n1 = 1 << B, n = 1 << (B - 2);
-    const __m512i i2 = field(F, x2, 2, b2);
+    const __m512i i2 = _mm512_srlv_epi32(x2, _mm512_loadu_si512(sh[2][b2]));
     const __m512 R1[2] = {_mm512_mul_ps(R2, plut(&T->c2, i2, n)), _mm512_mul_ps(R2, plut(&T->s2, i2, n))};
     for (int b1 = 0; b1 < 2; b1++) {
-        const __m512i i1 = field(F, x1, 1, 2 * b2 + b1);
+        const __m512i i1 = _mm512_srlv_epi32(x1, _mm512_loadu_si512(sh[1][2 * b2 + b1]));
         y[2 * b1] = _mm512_mul_ps(R1[b1], plut(T->c1, i1, n1));
         y[2 * b1 + 1] = _mm512_mul_ps(R1[b1], plut(T->s1, i1, n1));
     }
+}
+KVQ_TARGET_POLAR PAI void fast_lower(const polar_fast *F, const polar_tabs *T, __m512 R2, __m512i x2, __m512i x1,
+                                     const int b2, const int B, __m512 *y) {
+    lower_levels(F->sh, T, R2, x2, x1, b2, B, y);
 }
 
 /* Radius and levels 4, 3 of super-block s: R2[b2] (half < 0: both, else
@@ -1144,14 +1150,7 @@ KVQ_TARGET_POLAR PAI __m512i mfield(const polar_fast *F, __m512i x, int l, int m
 
 KVQ_TARGET_POLAR PAI void rec_lower(const polar_fast *F, const polar_tabs *T, __m512 R2, __m512i x2, __m512i x1, const int b2,
                                     const int B, __m512 *y) {
-    const int n1 = 1 << B, n = 1 << (B - 2);
-    const __m512i i2 = mfield(F, x2, 2, b2);
-    const __m512 R1[2] = {_mm512_mul_ps(R2, plut(&T->c2, i2, n)), _mm512_mul_ps(R2, plut(&T->s2, i2, n))};
-    for (int b1 = 0; b1 < 2; b1++) {
-        const __m512i i1 = mfield(F, x1, 1, 2 * b2 + b1);
-        y[2 * b1] = _mm512_mul_ps(R1[b1], plut(T->c1, i1, n1));
-        y[2 * b1 + 1] = _mm512_mul_ps(R1[b1], plut(T->s1, i1, n1));
-    }
+    lower_levels(F->msh, T, R2, x2, x1, b2, B, y);
 }
 
 KVQ_TARGET_POLAR PAI __m512 rec_weight(const float *w, const int PK) {
