@@ -224,21 +224,17 @@ SCORE_BODY(q4s_body, q4s_pass)
         B(p, qp, nq, codes, n, out, D);                                                                                \
     }
 #define CASE_DIM(B, D) case D: B##_##D(p, qp, nq, codes, n, out); return;
-DIMS(DEF_DIM, q8s_body)
-DIMS(DEF_DIM, q4s_body)
-TV static void q8s_any(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {
-    q8s_body(p, qp, nq, codes, n, out, p->d);
-}
-TV static void q4s_any(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {
-    q4s_body(p, qp, nq, codes, n, out, p->d);
-}
-
-void q8_score_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {
-    switch (p->d) { DIMS(CASE_DIM, q8s_body) default: q8s_any(p, qp, nq, codes, n, out); }
-}
-void q4_score_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {
-    switch (p->d) { DIMS(CASE_DIM, q4s_body) default: q4s_any(p, qp, nq, codes, n, out); }
-}
+/* FN: the body B specialised for d = 64, 128, 256, and one copy for any d */
+#define DISPATCH(FN, B)                                                                                              \
+    DIMS(DEF_DIM, B)                                                                                                 \
+    TV static void B##_any(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) { \
+        B(p, qp, nq, codes, n, out, p->d);                                                                           \
+    }                                                                                                                \
+    void FN(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {            \
+        switch (p->d) { DIMS(CASE_DIM, B) default: B##_any(p, qp, nq, codes, n, out); }                           \
+    }
+DISPATCH(q8_score_vnni, q8s_body)
+DISPATCH(q4_score_vnni, q4s_body)
 
 /* ---- values ------------------------------------------------------------------ */
 
@@ -519,19 +515,6 @@ TV AI void q8a_body(const kvq_plan *p, const float *w, size_t nq, const uint8_t 
 TV AI void q4a_body(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc, const int D) {
     accv_body(p, 1, w, nq, codes, n, acc, D);
 }
-DIMS(DEF_DIM, q8a_body)
-DIMS(DEF_DIM, q4a_body)
-TV static void q8a_any(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
-    q8a_body(p, w, nq, codes, n, acc, p->d);
-}
-TV static void q4a_any(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
-    q4a_body(p, w, nq, codes, n, acc, p->d);
-}
-
-void q8_accum_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {
-    switch (p->d) { DIMS(CASE_DIM, q8a_body) default: q8a_any(p, qp, nq, codes, n, out); }
-}
-void q4_accum_vnni(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *out) {
-    switch (p->d) { DIMS(CASE_DIM, q4a_body) default: q4a_any(p, qp, nq, codes, n, out); }
-}
+DISPATCH(q8_accum_vnni, q8a_body) /* qp: the weights, out: the accumulators */
+DISPATCH(q4_accum_vnni, q4a_body)
 #endif
