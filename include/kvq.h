@@ -27,13 +27,25 @@
 extern "C" {
 #endif
 
+/* Every public function carries KVQ_API: libkvq is built with
+ * -fvisibility=hidden and exports these alone (all named kvq_*). */
+#if defined(_WIN32) && defined(KVQ_BUILDING_SHARED)
+#define KVQ_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(KVQ_USING_SHARED)
+#define KVQ_API __declspec(dllimport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define KVQ_API __attribute__((visibility("default")))
+#else
+#define KVQ_API
+#endif
+
 #define KVQ_VERSION_MAJOR 0
 #define KVQ_VERSION_MINOR 1
 #define KVQ_VERSION_PATCH 0
 #define KVQ_VERSION_NUMBER (KVQ_VERSION_MAJOR * 10000 + KVQ_VERSION_MINOR * 100 + KVQ_VERSION_PATCH)
 
 /* Runtime version, KVQ_VERSION_NUMBER of the linked library. */
-unsigned kvq_version_number(void);
+KVQ_API unsigned kvq_version_number(void);
 
 /* ------------------------------------------------------------------------ */
 /* Errors (fixed numeric values)                                             */
@@ -60,7 +72,7 @@ enum kvq_status {
 };
 
 /* Human-readable name of a status code (never NULL). */
-const char *kvq_strerror(int status);
+KVQ_API const char *kvq_strerror(int status);
 
 /* ------------------------------------------------------------------------ */
 /* Element types of input vectors                                            */
@@ -68,13 +80,13 @@ const char *kvq_strerror(int status);
 typedef enum kvq_dtype { KVQ_DTYPE_F32 = 0, KVQ_DTYPE_F16 = 1, KVQ_DTYPE_BF16 = 2 } kvq_dtype;
 
 /* Size in bytes of one element of dtype, 0 if unknown. */
-size_t kvq_dtype_size(kvq_dtype dtype);
+KVQ_API size_t kvq_dtype_size(kvq_dtype dtype);
 
 /* IEEE half / bfloat16 conversions (round to nearest even; NaN kept). */
-uint16_t kvq_f32_to_f16(float x);
-float kvq_f16_to_f32(uint16_t h);
-uint16_t kvq_f32_to_bf16(float x);
-float kvq_bf16_to_f32(uint16_t h);
+KVQ_API uint16_t kvq_f32_to_f16(float x);
+KVQ_API float kvq_f16_to_f32(uint16_t h);
+KVQ_API uint16_t kvq_f32_to_bf16(float x);
+KVQ_API float kvq_bf16_to_f32(uint16_t h);
 
 /* ------------------------------------------------------------------------ */
 /* CPU feature dispatch                                                      */
@@ -87,9 +99,9 @@ typedef enum kvq_isa {
 } kvq_isa;
 
 /* Best ISA the running CPU supports (checked with cpuid at run time). */
-kvq_isa kvq_cpu_isa(void);
+KVQ_API kvq_isa kvq_cpu_isa(void);
 /* Name of an ISA ("scalar", "avx2", "avx512"). */
-const char *kvq_isa_name(kvq_isa isa);
+KVQ_API const char *kvq_isa_name(kvq_isa isa);
 
 /* ------------------------------------------------------------------------ */
 /* Thread pool (create once, reuse for every call that takes one)            */
@@ -98,16 +110,16 @@ typedef struct kvq_pool kvq_pool;
 /* Task callback: task in [0, ntasks), thread in [0, kvq_pool_size). */
 typedef void (*kvq_task_fn)(void *arg, int task, int thread);
 /* Creates a pool of nthreads threads in all (the caller counts as one). */
-int kvq_pool_create(kvq_pool **out, int nthreads);
-void kvq_pool_free(kvq_pool *pool);
+KVQ_API int kvq_pool_create(kvq_pool **out, int nthreads);
+KVQ_API void kvq_pool_free(kvq_pool *pool);
 /* Number of threads (1 for a NULL pool). */
-int kvq_pool_size(const kvq_pool *pool);
+KVQ_API int kvq_pool_size(const kvq_pool *pool);
 /*
  * Runs fn for every task in [0, ntasks) on the pool's threads, the caller
  * included, and returns when all are done. A NULL pool runs them inline.
  * One region at a time per pool: the pool is not re-entrant.
  */
-int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
+KVQ_API int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
 
 /* ------------------------------------------------------------------------ */
 /* Codec plans                                                               */
@@ -143,31 +155,31 @@ typedef struct kvq_plan kvq_plan;
  * by methods that learn from data (+outliers: channels of highest variance);
  * such a method with no calibration rows returns KVQ_ERR_NEEDS_CALIBRATION.
  */
-int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed,
+KVQ_API int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed,
                     const float *calib, size_t n_calib);
-void kvq_plan_free(kvq_plan *plan);
+KVQ_API void kvq_plan_free(kvq_plan *plan);
 
 /* 1 if the method needs calibration rows (kvq_plan_create's calib). */
-int kvq_spec_needs_calibration(const char *spec, int *needs);
+KVQ_API int kvq_spec_needs_calibration(const char *spec, int *needs);
 
 /* Canonical spec string of the plan ("tq-mse:4"). */
-const char *kvq_plan_spec(const kvq_plan *plan);
-int kvq_plan_dim(const kvq_plan *plan);
+KVQ_API const char *kvq_plan_spec(const kvq_plan *plan);
+KVQ_API int kvq_plan_dim(const kvq_plan *plan);
 /* Every byte stored for one vector (codes, scales, norms). */
-size_t kvq_plan_code_bytes(const kvq_plan *plan);
+KVQ_API size_t kvq_plan_code_bytes(const kvq_plan *plan);
 /* code_bytes * 8 / dim. */
-double kvq_plan_bits_per_value(const kvq_plan *plan);
+KVQ_API double kvq_plan_bits_per_value(const kvq_plan *plan);
 /* 1 if kvq_decode reconstructs vectors, 0 for key-only methods. */
-int kvq_plan_can_decode(const kvq_plan *plan);
+KVQ_API int kvq_plan_can_decode(const kvq_plan *plan);
 /* Number of floats of a prepared query (kvq_query_prepare). */
-size_t kvq_plan_query_floats(const kvq_plan *plan);
+KVQ_API size_t kvq_plan_query_floats(const kvq_plan *plan);
 /* Kernel ISA the plan dispatches to. */
-kvq_isa kvq_plan_isa(const kvq_plan *plan);
+KVQ_API kvq_isa kvq_plan_isa(const kvq_plan *plan);
 /*
  * Copy of plan using kernels of another ISA (KVQ_ISA_SCALAR for the reference,
  * used by tests). Fails with KVQ_ERR_UNSUPPORTED if the CPU lacks it.
  */
-int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
+KVQ_API int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
 
 /* ------------------------------------------------------------------------ */
 /* Batched codec                                                             */
@@ -179,10 +191,10 @@ int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
  * not fit its stored format; on error `codes` may be partly written (f16/bf16
  * input, range errors) but the input is never modified.
  */
-int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes);
+KVQ_API int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes);
 
 /* Decodes n codes into n * dim floats. KVQ_ERR_NO_DECODE for key-only methods. */
-int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float *out);
+KVQ_API int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float *out);
 
 /*
  * Prepares a query for scoring: writes kvq_plan_query_floats(plan) floats,
@@ -190,25 +202,25 @@ int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float *out);
  * methods, 8-bit copies for the integer scores of tq-mse <= 4 bits, q8, q4,
  * and the 8-bit pair tables of polar / polar:3).
  */
-int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep);
+KVQ_API int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep);
 
 /*
  * Inner products <q, k_i> estimated from codes, for nq prepared queries
  * (qprep rows of kvq_plan_query_floats floats) against n codes:
  * scores[j * n + i] = est <q_j, k_i>. The codes are never decoded to a buffer.
  */
-int kvq_score(const kvq_plan *plan, const float *qprep, size_t nq, const void *codes, size_t n,
+KVQ_API int kvq_score(const kvq_plan *plan, const float *qprep, size_t nq, const void *codes, size_t n,
               float *scores);
 
 /*
  * acc[j * dim + c] += sum_i p[j * n + i] * v_i[c] in the plan's rotated
  * domain, for nq weight rows. Call kvq_unrotate once on each finished row.
  */
-int kvq_accumulate(const kvq_plan *plan, const float *p, size_t nq, const void *codes, size_t n,
+KVQ_API int kvq_accumulate(const kvq_plan *plan, const float *p, size_t nq, const void *codes, size_t n,
                    float *acc);
 
 /* Maps a row of the rotated domain back: out = R^T * acc (in place allowed). */
-int kvq_unrotate(const kvq_plan *plan, const float *acc, float *out);
+KVQ_API int kvq_unrotate(const kvq_plan *plan, const float *acc, float *out);
 
 /* ------------------------------------------------------------------------ */
 /* Compressed KV cache with fused attention (src/cache/)                     */
@@ -229,7 +241,7 @@ typedef struct kvq_cache_config {
     const char *k_spec;        /* method for keys, NULL = "f16" */
     const char *v_spec;        /* method for values, NULL = "f16" (key-only methods refused) */
     int f16_window;            /* the W most recent tokens stay f16 (0 = none) */
-    const int *f16_layers;     /* layers kept entirely in f16 (may be NULL) */
+    const int *f16_layers;     /* layers kept entirely in f16 (may be NULL); -1 = the last, -2 ... */
     int n_f16_layers;
     const int *sliding_window; /* per-layer local-attention window, 0 = global (NULL = all global) */
     int compress_sliding;      /* 0 (default): sliding-window layers stay f16 */
@@ -242,10 +254,10 @@ typedef struct kvq_cache_config {
  * Creates an empty cache. Spec errors are reported as by kvq_plan_create;
  * KVQ_ERR_NO_DECODE if v_spec is a key-only method (qjl, tq-prod);
  * KVQ_ERR_INVALID_ARG for counts/windows out of range or an f16 layer index
- * out of [0, n_layers).
+ * out of [-n_layers, n_layers).
  */
-int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg);
-void kvq_cache_free(kvq_cache *cache);
+KVQ_API int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg);
+KVQ_API void kvq_cache_free(kvq_cache *cache);
 
 /*
  * Appends ntok tokens to one layer: k and v are ntok x n_kv_heads x head_dim
@@ -254,7 +266,7 @@ void kvq_cache_free(kvq_cache *cache);
  * exceeds 65504, or a scale does not fit), KVQ_ERR_NOMEM leave the cache as
  * it was. KVQ_ERR_INVALID_ARG for a layer out of range.
  */
-int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v, size_t ntok);
+KVQ_API int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v, size_t ntok);
 
 /*
  * Attention for nq consecutive query tokens at absolute positions
@@ -270,23 +282,23 @@ int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v
  * non-finite scale; KVQ_ERR_STATE if a sliding-window layer already dropped
  * positions the first query needs.
  */
-int kvq_cache_attend(kvq_cache *cache, int layer, const float *q, size_t nq, int n_q_heads, size_t pos0,
+KVQ_API int kvq_cache_attend(kvq_cache *cache, int layer, const float *q, size_t nq, int n_q_heads, size_t pos0,
                      float scale, float *out, kvq_pool *pool);
 
 /* Number of tokens held by a layer (positions 0..len-1 are addressable). */
-size_t kvq_cache_len(const kvq_cache *cache, int layer);
+KVQ_API size_t kvq_cache_len(const kvq_cache *cache, int layer);
 /*
  * Drops every position >= pos in all layers (rewinding a conversation).
  * KVQ_ERR_STATE (and nothing changes) if a sliding-window layer already
  * dropped positions a query at pos would need.
  */
-int kvq_cache_truncate(kvq_cache *cache, size_t pos);
+KVQ_API int kvq_cache_truncate(kvq_cache *cache, size_t pos);
 /* Drops everything (keeps the configuration). */
-void kvq_cache_clear(kvq_cache *cache);
+KVQ_API void kvq_cache_clear(kvq_cache *cache);
 /* Exact bytes held for K/V data: codes, scales, f16 windows, ring buffers. */
-size_t kvq_cache_memory_bytes(const kvq_cache *cache);
+KVQ_API size_t kvq_cache_memory_bytes(const kvq_cache *cache);
 /* Bytes one token costs across all layers once it is compressed (K+V). */
-size_t kvq_cache_bytes_per_token(const kvq_cache *cache);
+KVQ_API size_t kvq_cache_bytes_per_token(const kvq_cache *cache);
 /*
  * Memory planning (the cache's contents are not used, only its
  * configuration): the bytes kvq_cache_memory_bytes() reports once n_tokens
@@ -298,27 +310,63 @@ size_t kvq_cache_bytes_per_token(const kvq_cache *cache);
  * O(1) without sliding-window layers, else O(n_tokens / batch). Errors:
  * KVQ_ERR_NULL, KVQ_ERR_OVERFLOW (does not fit in size_t), KVQ_ERR_NOMEM.
  */
-int kvq_cache_memory_plan(const kvq_cache *cache, size_t n_tokens, size_t batch, size_t *at, size_t *peak);
+KVQ_API int kvq_cache_memory_plan(const kvq_cache *cache, size_t n_tokens, size_t batch, size_t *at, size_t *peak);
 
 /* ------------------------------------------------------------------------ */
-/* Vector files (raw K/V dumps for codec-bench / attn-bench), docs/FORMAT.md */
+/* Cache policies: one string for everything a cache stores how (docs/CACHE.md) */
 /* ------------------------------------------------------------------------ */
-typedef struct kvq_vecfile_info {
-    uint32_t dim;      /* values per vector */
-    uint64_t count;    /* number of vectors */
-    kvq_dtype dtype;   /* element type on disk */
-    uint32_t layers;   /* metadata: model layers (0 if unknown) */
-    uint32_t heads;    /* metadata: KV heads per layer (0 if unknown) */
-    uint32_t kind;     /* 0 = unspecified, 1 = keys, 2 = values, 3 = queries */
-} kvq_vecfile_info;
-
 /*
- * Reads a whole vector file: *out receives count*dim floats (malloc'd; free
- * with free()). Damaged or truncated files give KVQ_ERR_FORMAT/TRUNCATED.
+ * A policy is a comma-separated list of fields; the first may be a shorthand:
+ *
+ *   SPEC                 keys and values with the same method      tq-mse:4
+ *   KSPEC/VSPEC          keys / values                              q8/tq-mse:4
+ *   k=SPEC  v=SPEC       the same, field by field                   k=tq-prod:3,v=q8
+ *   w=N                  f16 window of the N most recent tokens     tq-mse:3,w=128
+ *   f16layers=L;L;...    layers kept in f16; negative counts from   q4,f16layers=0;-1
+ *                        the end (-1 = last layer)
+ *   sliding=0|1          compress sliding-window layers too (Gemma 3;
+ *                        default 0: only global layers are compressed)
+ *   calib=N              tokens kept f16 until the per-head +center /
+ *                        +chscale / +outliers plans are calibrated on them
+ *                        (default 128), then encoded like the others
+ *
+ * SPEC is a method spec (kvq_plan_create; it never holds ',' or '/'); a
+ * missing K or V means f16. The canonical name (kvq_policy_name) is the
+ * shortest form with the fields in the order above.
  */
-int kvq_vecfile_read(const char *path, kvq_vecfile_info *info, float **out);
-/* Writes count vectors of dim floats (stored as info->dtype). */
-int kvq_vecfile_write(const char *path, const kvq_vecfile_info *info, const float *x);
+#define KVQ_POLICY_SPEC_MAX 80 /* longest method spec + 1 */
+#define KVQ_POLICY_MAX_F16 64  /* f16 layers one policy lists */
+#define KVQ_POLICY_NAME_MAX 256
+
+typedef struct kvq_policy {
+    char k_spec[KVQ_POLICY_SPEC_MAX];     /* key method ("f16" by default) */
+    char v_spec[KVQ_POLICY_SPEC_MAX];     /* value method */
+    int f16_window;                       /* f16 window (0 = none) */
+    int f16_layers[KVQ_POLICY_MAX_F16];   /* as written (negative: from the end) */
+    int n_f16_layers;
+    int compress_sliding;                 /* 1: sliding-window layers compressed too */
+    int calib_tokens;                     /* calibration tokens (0 = the cache's default) */
+} kvq_policy;
+
+/* f16 keys and values, no window, no f16 layers. */
+KVQ_API void kvq_policy_init(kvq_policy *p);
+/*
+ * Parses a policy string into *p (*p untouched on error). Every method spec
+ * is checked as kvq_plan_create would (the head dim aside) and a key-only
+ * method for values is refused. Errors: KVQ_ERR_NULL; KVQ_ERR_INVALID_ARG (a
+ * malformed field), or the spec's own error (KVQ_ERR_UNKNOWN_METHOD,
+ * KVQ_ERR_BITS_RANGE, KVQ_ERR_NO_DECODE, ...), with the reason in err.
+ */
+KVQ_API int kvq_policy_parse(kvq_policy *p, const char *s, char *err, size_t err_cap);
+/* Canonical name into buf (NUL-terminated); KVQ_ERR_RANGE if it was truncated. */
+KVQ_API int kvq_policy_name(const kvq_policy *p, char *buf, size_t cap);
+/*
+ * Sets the policy fields of a cache configuration (k_spec, v_spec,
+ * f16_window, f16_layers, n_f16_layers, compress_sliding,
+ * outlier_calib_tokens); cfg then points into p, which must outlive
+ * kvq_cache_create. The other fields are left as they are.
+ */
+KVQ_API void kvq_policy_to_cache_config(const kvq_policy *p, kvq_cache_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -130,7 +130,7 @@ int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg) {
         return KVQ_ERR_INVALID_ARG;
     if (cfg->head_dim < KVQ_DIM_MIN || cfg->head_dim > KVQ_DIM_MAX || cfg->head_dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
     for (int i = 0; i < cfg->n_f16_layers; i++)
-        if (cfg->f16_layers[i] < 0 || cfg->f16_layers[i] >= cfg->n_layers) return KVQ_ERR_INVALID_ARG;
+        if (cfg->f16_layers[i] < -cfg->n_layers || cfg->f16_layers[i] >= cfg->n_layers) return KVQ_ERR_INVALID_ARG;
     if (cfg->sliding_window)
         for (int l = 0; l < cfg->n_layers; l++)
             if (cfg->sliding_window[l] < 0) return KVQ_ERR_INVALID_ARG;
@@ -162,7 +162,8 @@ int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg) {
     if (!rc && !(c->layers = calloc((size_t)c->n_layers, sizeof *c->layers))) rc = KVQ_ERR_NOMEM;
     for (int l = 0; !rc && l < c->n_layers; l++) {
         int f16l = 0;
-        for (int i = 0; i < cfg->n_f16_layers; i++) f16l |= cfg->f16_layers[i] == l;
+        for (int i = 0; i < cfg->n_f16_layers; i++) /* negative: from the end */
+            f16l |= (cfg->f16_layers[i] < 0 ? cfg->n_layers + cfg->f16_layers[i] : cfg->f16_layers[i]) == l;
         int sw = cfg->sliding_window ? cfg->sliding_window[l] : 0;
         rc = layer_init(c, l, f16l, sw, cfg->compress_sliding, kb, vb);
     }
