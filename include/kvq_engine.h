@@ -269,8 +269,8 @@ typedef int (*kvq_token_fn)(void *user, int32_t token);
  * full. The session continues from its position (the prompt follows what
  * was evaluated before). *n_out (may be NULL): tokens generated; *stop (may
  * be NULL): why it stopped. Errors as kvq_session_eval and
- * kvq_sampler_sample; KVQ_ERR_INVALID_ARG for an empty prompt on an empty
- * session.
+ * kvq_sampler_sample; KVQ_ERR_INVALID_ARG for an empty prompt (the first
+ * logits come from it).
  */
 KVQ_API int kvq_generate(kvq_session *s, kvq_sampler *smp, const int32_t *prompt, size_t n_prompt, size_t max_tokens,
                          kvq_token_fn on_token, void *user, size_t *n_out, kvq_stop *stop);

@@ -12,17 +12,17 @@
 #include "kvq.h"
 #include "testutil.h"
 
-static const ggml_type QTYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+static const kvq_ggml_type QTYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                                    GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-static const ggml_type FTYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
+static const kvq_ggml_type FTYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
 #define NQ (int)(sizeof QTYPES / sizeof QTYPES[0])
 #define NF (int)(sizeof FTYPES / sizeof FTYPES[0])
 
 static void put_h(uint8_t *p, float f) { uint16_t h = kvq_f32_to_f16(f); memcpy(p, &h, 2); }
 
 /* Random valid row of type t with n values: random code bytes, finite scales. */
-static void random_row(tu_rng *r, ggml_type t, int64_t n, uint8_t *row) {
-    size_t bytes = ggml_row_bytes(t, n);
+static void random_row(tu_rng *r, kvq_ggml_type t, int64_t n, uint8_t *row) {
+    size_t bytes = kvq_ggml_row_bytes(t, n);
     for (size_t i = 0; i < bytes; i++) row[i] = (uint8_t)tu_next(r);
     if (t == GGML_TYPE_F32) {
         for (int64_t i = 0; i < n; i++) { float f = (float)tu_gauss(r); memcpy(row + 4 * i, &f, 4); }
@@ -36,8 +36,8 @@ static void random_row(tu_rng *r, ggml_type t, int64_t n, uint8_t *row) {
         }
         return;
     }
-    int blk = ggml_type_block(t);
-    size_t bb = ggml_row_bytes(t, blk);
+    int blk = kvq_ggml_type_block(t);
+    size_t bb = kvq_ggml_row_bytes(t, blk);
     for (int64_t b = 0; b < n / blk; b++) {
         uint8_t *p = row + b * bb;
         float d = (float)(0.001 + 0.05 * tu_uniform(r)), m = (float)(0.1 * tu_gauss(r));
@@ -59,7 +59,7 @@ static void test_dequant_hand(void) {
         memset(&b, 0x88, sizeof b);
         put_h((uint8_t *)&b.d, 0.5f);
         b.qs[0] = 0x1F;
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q4_0, &b, y, 32));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q4_0, &b, y, 32));
         CHECK(y[0] == 3.5f && y[16] == -3.5f && y[1] == 0.0f && y[17] == 0.0f, "q4_0 %g %g %g", y[0], y[16], y[1]);
     }
     { /* q4_1: d = 0.25, m = -1: 0x3A -> 0.25*10-1 = 1.5 and 0.25*3-1 = -0.25 */
@@ -68,7 +68,7 @@ static void test_dequant_hand(void) {
         put_h((uint8_t *)&b.d, 0.25f);
         put_h((uint8_t *)&b.m, -1.0f);
         b.qs[5] = 0x3A;
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q4_1, &b, y, 32));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q4_1, &b, y, 32));
         CHECK(y[5] == 1.5f && y[21] == -0.25f && y[0] == -1.0f, "q4_1 %g %g", y[5], y[21]);
     }
     { /* q5_0: d = 1; value 3: nibble 2, qh bit 3 set -> 18-16 = 2; value 19: nibble 0, bit 19 clear -> -16 */
@@ -78,7 +78,7 @@ static void test_dequant_hand(void) {
         b.qs[3] = 0x02;
         b.qh[0] = 0x08;
         b.qh[3] = 0x80; /* bit 31 -> value 31 gets +16 */
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q5_0, &b, y, 32));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q5_0, &b, y, 32));
         CHECK(y[3] == 2.0f && y[19] == -16.0f && y[31] == 0.0f && y[0] == -16.0f, "q5_0 %g %g %g", y[3], y[19], y[31]);
     }
     { /* q5_1: d = 0.5, m = 1: value 20 = high nibble of qs[4] (7) + bit 20 -> 23*0.5+1 */
@@ -88,14 +88,14 @@ static void test_dequant_hand(void) {
         put_h((uint8_t *)&b.m, 1.0f);
         b.qs[4] = 0x70;
         b.qh[2] = 0x10;
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q5_1, &b, y, 32));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q5_1, &b, y, 32));
         CHECK(y[20] == 12.5f && y[4] == 1.0f, "q5_1 %g %g", y[20], y[4]);
     }
     { /* q8_0 */
         block_q8_0 b;
         put_h((uint8_t *)&b.d, 0.125f);
         for (int i = 0; i < 32; i++) b.qs[i] = (int8_t)(i * 8 - 128);
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q8_0, &b, y, 32));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q8_0, &b, y, 32));
         CHECK(y[0] == -16.0f && y[31] == 15.0f, "q8_0 %g %g", y[0], y[31]);
     }
     { /* q4_K: d = 1, dmin = 0.5; sub-block 1: sc 3, m 4 (scales[1], scales[5]);
@@ -110,7 +110,7 @@ static void test_dequant_hand(void) {
         b.scales[9] = 2 | (1 << 4);
         b.qs[0] = 0x70;       /* value 32 (sub-block 1, high nibbles of chunk 0) = 7 */
         b.qs[64 + 3] = 0x90;  /* chunk 2 high nibble -> sub-block 5, value 160+3 = 9 */
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q4_K, &b, y, 256));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q4_K, &b, y, 256));
         CHECK(y[32] == 3 * 7 - 0.5f * 4, "q4_K sub-block 1: %g", y[32]);
         CHECK(y[163] == 18 * 9 - 0.5f * 33, "q4_K sub-block 5: %g", y[163]);
         CHECK(y[33] == -2.0f && y[0] == 0.0f, "q4_K %g %g", y[33], y[0]);
@@ -124,7 +124,7 @@ static void test_dequant_hand(void) {
         b.scales[5] = 1;
         b.qs[2] = 0x50;
         b.qh[2] = 0x02;
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q5_K, &b, y, 256));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q5_K, &b, y, 256));
         CHECK(y[34] == 2 * (5 + 16) - 1, "q5_K %g", y[34]);
     }
     { /* q6_K: d = 0.5; value 64+17 of half 0: k = 2 -> ql[17] >> 4, (qh[17] >> 4) & 3, scale[4 + 1] */
@@ -135,22 +135,22 @@ static void test_dequant_hand(void) {
         b.qh[17] = 0x30;
         b.scales[5] = -3;
         b.scales[8] = 2;
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q6_K, &b, y, 256));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q6_K, &b, y, 256));
         int code = 0xA | 3 << 4; /* 58 */
         CHECK(y[81] == 0.5f * -3 * (code - 32), "q6_K %g", y[81]);
         CHECK(y[128] == 0.5f * 2 * -32, "q6_K half 1 %g", y[128]);
     }
     { /* f16 / bf16 */
         uint16_t h[2] = {0x3C00, 0xC000}; /* 1, -2 */
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_F16, h, y, 2));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_F16, h, y, 2));
         CHECK(y[0] == 1.0f && y[1] == -2.0f, "f16");
         uint16_t bf[2] = {0x3F80, 0x4040}; /* 1, 3 */
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_BF16, bf, y, 2));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_BF16, bf, y, 2));
         CHECK(y[0] == 1.0f && y[1] == 3.0f, "bf16");
     }
-    CHECK(ggml_dequant_row(GGML_TYPE_Q4_K, y, y, 100) == KVQ_ERR_INVALID_ARG, "n not a block multiple");
-    CHECK(ggml_dequant_row(GGML_TYPE_Q2_K, y, y, 256) == KVQ_ERR_UNSUPPORTED, "q2_K unsupported");
-    CHECK(ggml_row_bytes(GGML_TYPE_Q6_K, 512) == 420 && ggml_row_bytes(GGML_TYPE_Q4_1, 576) == 360, "row bytes");
+    CHECK(kvq_ggml_dequant_row(GGML_TYPE_Q4_K, y, y, 100) == KVQ_ERR_INVALID_ARG, "n not a block multiple");
+    CHECK(kvq_ggml_dequant_row(GGML_TYPE_Q2_K, y, y, 256) == KVQ_ERR_UNSUPPORTED, "q2_K unsupported");
+    CHECK(kvq_ggml_row_bytes(GGML_TYPE_Q6_K, 512) == 420 && kvq_ggml_row_bytes(GGML_TYPE_Q4_1, 576) == 360, "row bytes");
 }
 
 /* ---- decomposition == dequantization --------------------------------------- */
@@ -159,15 +159,15 @@ static void test_unpack_vs_dequant(tu_rng *r) {
     uint8_t row[2048];
     float y[512];
     for (int ti = 0; ti < NQ; ti++) {
-        ggml_type t = QTYPES[ti];
+        kvq_ggml_type t = QTYPES[ti];
         double maxerr = 0;
         for (int it = 0; it < 20; it++) {
             random_row(r, t, n, row);
-            CHECK_OK(ggml_dequant_row(t, row, y, n));
+            CHECK_OK(kvq_ggml_dequant_row(t, row, y, n));
             for (int64_t j = 0; j < n / 32; j++) {
                 uint8_t u[32];
                 float sc[2], mn[2];
-                ggml_unpack32(t, row, j, u, sc, mn);
+                kvq_ggml_unpack32(t, row, j, u, sc, mn);
                 for (int l = 0; l < 32; l++) {
                     double w = (double)sc[l / 16] * u[l] + mn[l / 16];
                     double e = fabs(w - y[32 * j + l]) / (fabs(y[32 * j + l]) + 1e-3);
@@ -175,7 +175,7 @@ static void test_unpack_vs_dequant(tu_rng *r) {
                 }
             }
         }
-        CHECK(maxerr < 1e-5, "%s: unpack32 vs dequant rel err %g", ggml_type_name(t), maxerr);
+        CHECK(maxerr < 1e-5, "%s: unpack32 vs dequant rel err %g", kvq_ggml_type_name((uint32_t)t), maxerr);
     }
 }
 
@@ -183,11 +183,11 @@ static void test_unpack_vs_dequant(tu_rng *r) {
 static void test_quantize(tu_rng *r) {
     const int64_t n = 1024;
     float *x = malloc(sizeof(float) * n), *xd = malloc(sizeof(float) * n);
-    size_t rb = ggml_q8a_row_bytes(n);
+    size_t rb = kvq_ggml_q8a_row_bytes(n);
     uint8_t *a = malloc(rb), *b = malloc(rb);
     for (int64_t i = 0; i < n; i++) x[i] = (float)(tu_gauss(r) * (i % 97 == 0 ? 30 : 1));
     for (int i = 0; i < 32; i++) x[64 + i] = 0.0f; /* an all-zero block */
-    ggml_quantize_q8a_row(x, n, a);
+    kvq_ggml_quantize_q8a_row(x, n, a);
     const int8_t *q = (const int8_t *)a;
     const float *d = (const float *)(a + n), *s = d + n / 32, *s0 = s + n / 32;
     double maxe = 0;
@@ -204,10 +204,10 @@ static void test_quantize(tu_rng *r) {
     int sum = sum0;
     for (int l = 16; l < 32; l++) sum += q[32 * 5 + l];
     CHECK(fabsf(s[5] - d[5] * sum) <= 1e-6f * fabsf(s[5]) + 1e-12f, "s");
-    const ggml_kernels *tabs[8];
-    int ntab = ggml_kernels_all(tabs, 8);
+    const kvq_ggml_kernels *tabs[8];
+    int ntab = kvq_ggml_kernels_all(tabs, 8);
     for (int ti = 1; ti < ntab; ti++) {
-        const ggml_kernels *k = tabs[ti];
+        const kvq_ggml_kernels *k = tabs[ti];
         memset(b, 0xAB, rb);
         k->quantize_q8a(x, n, b);
         CHECK(memcmp(a, b, n + 12 * (size_t)(n / 32)) == 0, "%s quantize_q8a not bit-identical to the reference", k->name);
@@ -217,9 +217,9 @@ static void test_quantize(tu_rng *r) {
 
 /* ---- dot products ------------------------------------------------------------------ */
 /* Reference dot in double on dequantized weights and activations. */
-static double dot_deq(ggml_type t, const uint8_t *row, int64_t n, const float *x, double *absum) {
+static double dot_deq(kvq_ggml_type t, const uint8_t *row, int64_t n, const float *x, double *absum) {
     float *w = malloc(sizeof(float) * n);
-    ggml_dequant_row(t, row, w, n);
+    kvq_ggml_dequant_row(t, row, w, n);
     double s = 0, a = 0;
     for (int64_t i = 0; i < n; i++) { s += (double)w[i] * x[i]; a += fabs((double)w[i] * x[i]); }
     free(w);
@@ -231,27 +231,27 @@ static void test_dots(tu_rng *r) {
     /* 544 = 17 blocks (odd count: the 512-bit kernels' tail; not a multiple of 256, so legacy types
      * only); 8448 spans two chunks of the kernels' min buffers */
     const int64_t lens[] = {256, 512, 1536, 2304, 544, 8448};
-    uint8_t *row = malloc(ggml_row_bytes(GGML_TYPE_F32, 8448));
+    uint8_t *row = malloc(kvq_ggml_row_bytes(GGML_TYPE_F32, 8448));
     float *x = malloc(sizeof(float) * GGML_MAX_NX * 8448), *xd = malloc(sizeof(float) * GGML_MAX_NX * 8448);
-    size_t rbmax = ggml_q8a_row_bytes(8448);
+    size_t rbmax = kvq_ggml_q8a_row_bytes(8448);
     uint8_t *act = malloc(rbmax * GGML_MAX_NX);
-    const ggml_kernels *scalar = ggml_kernels_scalar();
+    const kvq_ggml_kernels *scalar = kvq_ggml_kernels_scalar();
     for (int li = 0; li < 6; li++) {
         int64_t n = lens[li];
-        size_t rb = ggml_q8a_row_bytes(n);
+        size_t rb = kvq_ggml_q8a_row_bytes(n);
         for (int ti = 0; ti < NQ + NF; ti++) {
-            ggml_type t = ti < NQ ? QTYPES[ti] : FTYPES[ti - NQ];
-            if (n % ggml_type_block(t)) continue;
-            int q8 = ggml_type_uses_q8a(t);
+            kvq_ggml_type t = ti < NQ ? QTYPES[ti] : FTYPES[ti - NQ];
+            if (n % kvq_ggml_type_block(t)) continue;
+            int q8 = kvq_ggml_type_uses_q8a(t);
             double worst_ref = 0, worst_simd[8] = {0};
-            const ggml_kernels *tabs[8];
-            int ntab = ggml_kernels_all(tabs, 8);
+            const kvq_ggml_kernels *tabs[8];
+            int ntab = kvq_ggml_kernels_all(tabs, 8);
             for (int it = 0; it < (n > 4096 ? 3 : 12); it++) {
                 random_row(r, t, n, row);
                 for (int64_t i = 0; i < GGML_MAX_NX * n; i++) x[i] = (float)(tu_gauss(r) + (i % 5 == 0 ? 0.5 : 0));
                 for (int k = 0; k < GGML_MAX_NX; k++) {
                     if (q8) {
-                        ggml_quantize_q8a_row(x + k * n, n, act + k * rb);
+                        kvq_ggml_quantize_q8a_row(x + k * n, n, act + k * rb);
                         const int8_t *q = (const int8_t *)(act + k * rb);
                         const float *d = (const float *)(act + k * rb + n);
                         for (int64_t i = 0; i < n; i++) xd[k * n + i] = d[i / 32] * q[i];
@@ -269,7 +269,7 @@ static void test_dots(tu_rng *r) {
                     if (e > worst_ref) worst_ref = e;
                 }
                 for (int isa = 1; isa < ntab; isa++) {
-                    const ggml_kernels *kk = tabs[isa];
+                    const kvq_ggml_kernels *kk = tabs[isa];
                     for (int nx = 1; nx <= GGML_MAX_NX; nx++) {
                         float got[GGML_MAX_NX];
                         kk->dot[t](n, row, a, stride, nx, got);
@@ -282,11 +282,11 @@ static void test_dots(tu_rng *r) {
                     }
                 }
             }
-            CHECK(worst_ref < 1e-6, "%s n=%lld: scalar ref vs dequantized dot rel err %g", ggml_type_name(t),
+            CHECK(worst_ref < 1e-6, "%s n=%lld: scalar ref vs dequantized dot rel err %g", kvq_ggml_type_name((uint32_t)t),
                   (long long)n, worst_ref);
             for (int isa = 1; isa < ntab; isa++) {
-                const ggml_kernels *kk = tabs[isa];
-                CHECK(worst_simd[isa] < 2e-6, "%s %s n=%lld: SIMD vs scalar rel err %g", kk->name, ggml_type_name(t),
+                const kvq_ggml_kernels *kk = tabs[isa];
+                CHECK(worst_simd[isa] < 2e-6, "%s %s n=%lld: SIMD vs scalar rel err %g", kk->name, kvq_ggml_type_name((uint32_t)t),
                       (long long)n, worst_simd[isa]);
             }
         }
@@ -297,15 +297,15 @@ static void test_dots(tu_rng *r) {
 /* ---- quantized weights x f32 activations ------------------------------------------- */
 static void test_dotf(tu_rng *r) {
     const int64_t lens[] = {256, 1536, 544, 8448};
-    uint8_t *row = malloc(ggml_row_bytes(GGML_TYPE_Q8_0, 8448));
+    uint8_t *row = malloc(kvq_ggml_row_bytes(GGML_TYPE_Q8_0, 8448));
     float *x = malloc(sizeof(float) * GGML_MAX_NX * 8448);
-    const ggml_kernels *tabs[8];
-    int ntab = ggml_kernels_all(tabs, 8);
+    const kvq_ggml_kernels *tabs[8];
+    int ntab = kvq_ggml_kernels_all(tabs, 8);
     for (int li = 0; li < 4; li++) {
         int64_t n = lens[li];
         for (int ti = 0; ti < NQ; ti++) {
-            ggml_type t = QTYPES[ti];
-            if (n % ggml_type_block(t)) continue;
+            kvq_ggml_type t = QTYPES[ti];
+            if (n % kvq_ggml_type_block(t)) continue;
             double worst[8] = {0};
             for (int it = 0; it < 4; it++) {
                 random_row(r, t, n, row);
@@ -323,7 +323,7 @@ static void test_dotf(tu_rng *r) {
                 }
             }
             for (int tb = 0; tb < ntab; tb++)
-                CHECK(worst[tb] < 2e-6, "%s dotf %s n=%lld: rel err %g", tabs[tb]->name, ggml_type_name(t),
+                CHECK(worst[tb] < 2e-6, "%s dotf %s n=%lld: rel err %g", tabs[tb]->name, kvq_ggml_type_name((uint32_t)t),
                       (long long)n, worst[tb]);
         }
     }
@@ -334,14 +334,14 @@ static void test_dotf(tu_rng *r) {
 /* ---- matrix products ------------------------------------------------------------------ */
 static void test_matmul(tu_rng *r) {
     const int64_t cols = 512, rows[3] = {37, 16, 5};
-    const ggml_type types[3] = {GGML_TYPE_Q4_1, GGML_TYPE_Q6_K, GGML_TYPE_F16};
+    const kvq_ggml_type types[3] = {GGML_TYPE_Q4_1, GGML_TYPE_Q6_K, GGML_TYPE_F16};
     uint8_t *wdata[3];
-    ggml_matrix W[3];
+    kvq_ggml_matrix W[3];
     for (int m = 0; m < 3; m++) {
-        size_t rb = ggml_row_bytes(types[m], cols);
+        size_t rb = kvq_ggml_row_bytes(types[m], cols);
         wdata[m] = malloc(rb * (size_t)rows[m]);
         for (int64_t i = 0; i < rows[m]; i++) random_row(r, types[m], cols, wdata[m] + rb * (size_t)i);
-        W[m] = (ggml_matrix){wdata[m], types[m], rows[m], cols, rb};
+        W[m] = (kvq_ggml_matrix){wdata[m], types[m], rows[m], cols, rb};
     }
     const int64_t ntoks[] = {1, 3, 9};
     kvq_pool *pool = NULL;
@@ -350,32 +350,32 @@ static void test_matmul(tu_rng *r) {
         int64_t ntok = ntoks[ni];
         float *X = malloc(sizeof(float) * (size_t)(ntok * cols));
         for (int64_t i = 0; i < ntok * cols; i++) X[i] = (float)tu_gauss(r);
-        void *q8 = malloc(ggml_q8a_row_bytes(cols) * (size_t)ntok);
-        const ggml_kernels *tabs[8];
-        int ntab = ggml_kernels_all(tabs, 8);
+        void *q8 = malloc(kvq_ggml_q8a_row_bytes(cols) * (size_t)ntok);
+        const kvq_ggml_kernels *tabs[8];
+        int ntab = kvq_ggml_kernels_all(tabs, 8);
         for (int ti = 0; ti < ntab; ti++) {
-            const ggml_kernels *k = tabs[ti];
+            const kvq_ggml_kernels *k = tabs[ti];
             for (int th = 0; th < 2; th++) {
                 float *Y[3];
                 int64_t ldy[3];
-                const ggml_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
+                const kvq_ggml_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
                 for (int m = 0; m < 3; m++) {
                     ldy[m] = rows[m] + 3;
                     Y[m] = calloc((size_t)(ntok * ldy[m]), sizeof(float));
                 }
-                ggml_acts A;
-                ggml_acts_init(&A, X, ntok, cols, q8);
-                CHECK_OK(ggml_matmul_multi(k, th ? pool : NULL, Wp, 3, &A, Y, ldy));
+                kvq_ggml_acts A;
+                kvq_ggml_acts_init(&A, X, ntok, cols, q8);
+                CHECK_OK(kvq_ggml_matmul_multi(k, th ? pool : NULL, Wp, 3, &A, Y, ldy));
                 CHECK(A.q8_ready == 1, "quantized once");
-                size_t qrb = ggml_q8a_row_bytes(cols);
+                size_t qrb = kvq_ggml_q8a_row_bytes(cols);
                 double worst = 0;
                 for (int m = 0; m < 3; m++) {
                     for (int64_t t = 0; t < ntok; t++) {
-                        const void *act = ggml_type_uses_q8a(types[m]) ? (const void *)((uint8_t *)q8 + qrb * (size_t)t)
+                        const void *act = kvq_ggml_type_uses_q8a(types[m]) ? (const void *)((uint8_t *)q8 + qrb * (size_t)t)
                                                                         : (const void *)(X + t * cols);
                         for (int64_t i = 0; i < rows[m]; i++) {
                             float want;
-                            ggml_kernels_scalar()->dot[types[m]](cols, wdata[m] + W[m].row_bytes * (size_t)i, act, 0, 1,
+                            kvq_ggml_kernels_scalar()->dot[types[m]](cols, wdata[m] + W[m].row_bytes * (size_t)i, act, 0, 1,
                                                                  &want);
                             double e = fabs(Y[m][t * ldy[m] + i] - want) / (fabs(want) + 1.0);
                             if (e > worst) worst = e;
@@ -388,13 +388,13 @@ static void test_matmul(tu_rng *r) {
                       (long long)ntok, worst);
                 /* f32 activations: every type against the f32 rows */
                 for (int m = 0; m < 3; m++) Y[m] = calloc((size_t)(ntok * ldy[m]), sizeof(float));
-                ggml_acts_init(&A, X, ntok, cols, NULL);
+                kvq_ggml_acts_init(&A, X, ntok, cols, NULL);
                 A.f32_only = 1;
-                CHECK_OK(ggml_matmul_multi(k, th ? pool : NULL, Wp, 3, &A, Y, ldy));
+                CHECK_OK(kvq_ggml_matmul_multi(k, th ? pool : NULL, Wp, 3, &A, Y, ldy));
                 worst = 0;
                 for (int m = 0; m < 3; m++) {
-                    ggml_dot_fn ref = ggml_type_uses_q8a(types[m]) ? ggml_kernels_scalar()->dotf[types[m]]
-                                                                  : ggml_kernels_scalar()->dot[types[m]];
+                    kvq_ggml_dot_fn ref = kvq_ggml_type_uses_q8a(types[m]) ? kvq_ggml_kernels_scalar()->dotf[types[m]]
+                                                                  : kvq_ggml_kernels_scalar()->dot[types[m]];
                     for (int64_t t = 0; t < ntok; t++)
                         for (int64_t i = 0; i < rows[m]; i++) {
                             float want;
@@ -409,14 +409,14 @@ static void test_matmul(tu_rng *r) {
             }
         }
         /* errors */
-        ggml_acts A;
-        ggml_acts_init(&A, X, ntok, cols + 32, q8);
+        kvq_ggml_acts A;
+        kvq_ggml_acts_init(&A, X, ntok, cols + 32, q8);
         float y[64];
-        CHECK(ggml_matmul(ggml_kernels_scalar(), NULL, &W[0], &A, y, 64) == KVQ_ERR_INVALID_ARG, "cols mismatch");
-        ggml_matrix bad = W[0];
+        CHECK(kvq_ggml_matmul(kvq_ggml_kernels_scalar(), NULL, &W[0], &A, y, 64) == KVQ_ERR_INVALID_ARG, "cols mismatch");
+        kvq_ggml_matrix bad = W[0];
         bad.type = GGML_TYPE_Q2_K;
-        ggml_acts_init(&A, X, ntok, cols, q8);
-        CHECK(ggml_matmul(ggml_kernels_scalar(), NULL, &bad, &A, y, 64) == KVQ_ERR_UNSUPPORTED, "unsupported type");
+        kvq_ggml_acts_init(&A, X, ntok, cols, q8);
+        CHECK(kvq_ggml_matmul(kvq_ggml_kernels_scalar(), NULL, &bad, &A, y, 64) == KVQ_ERR_UNSUPPORTED, "unsupported type");
         free(X);
         free(q8);
     }
@@ -426,7 +426,7 @@ static void test_matmul(tu_rng *r) {
 
 int main(void) {
     tu_rng r = {42};
-    const ggml_kernels *best = ggml_kernels_for(KVQ_ISA_BEST);
+    const kvq_ggml_kernels *best = kvq_ggml_kernels_for(KVQ_ISA_BEST);
     printf("best kernels: %s\n", best->name);
     test_dequant_hand();
     test_unpack_vs_dequant(&r);

@@ -94,114 +94,114 @@ static buf make_valid(uint32_t version, uint32_t alignment) {
 }
 
 static void check_valid(const buf *b, uint32_t version, uint32_t alignment) {
-    gguf_file *g = NULL;
-    int rc = gguf_open_buffer(&g, b->p, b->n);
+    kvq_gguf_file *g = NULL;
+    int rc = kvq_gguf_open_buffer(&g, b->p, b->n);
     CHECK(rc == KVQ_OK, "valid file: rc=%d (%s)", rc, kvq_strerror(rc));
     if (rc) return;
-    CHECK(gguf_version(g) == version, "version");
-    CHECK(gguf_alignment(g) == (alignment ? alignment : 32), "alignment %u", gguf_alignment(g));
-    CHECK(gguf_data_offset(g) % gguf_alignment(g) == 0, "data offset aligned");
-    CHECK(gguf_n_kv(g) == N_KV + (alignment ? 1u : 0u), "n_kv");
-    CHECK(gguf_n_tensors(g) == N_TENSORS, "n_tensors");
+    CHECK(kvq_gguf_version(g) == version, "version");
+    CHECK(kvq_gguf_alignment(g) == (alignment ? alignment : 32), "alignment %u", kvq_gguf_alignment(g));
+    CHECK(kvq_gguf_data_offset(g) % kvq_gguf_alignment(g) == 0, "data offset aligned");
+    CHECK(kvq_gguf_n_kv(g) == N_KV + (alignment ? 1u : 0u), "n_kv");
+    CHECK(kvq_gguf_n_tensors(g) == N_TENSORS, "n_tensors");
 
     char s[32];
-    CHECK(gguf_get_cstr(g, "general.architecture", s, sizeof s) == 0 && !strcmp(s, "llama"), "arch");
-    CHECK(gguf_get_cstr(g, "general.architecture", s, 3) == 0 && !strcmp(s, "ll"), "cstr truncation");
+    CHECK(kvq_gguf_get_cstr(g, "general.architecture", s, sizeof s) == 0 && !strcmp(s, "llama"), "arch");
+    CHECK(kvq_gguf_get_cstr(g, "general.architecture", s, 3) == 0 && !strcmp(s, "ll"), "cstr truncation");
     uint32_t v32 = 0;
     int64_t v64 = 0;
     float f = 0;
     int bo = -1;
-    CHECK(gguf_get_u32(g, "t.u8", &v32) == 0 && v32 == 200, "u8");
-    CHECK(gguf_get_i64(g, "t.i8", &v64) == 0 && v64 == -5, "i8");
-    CHECK(gguf_get_u32(g, "t.i8", &v32) == KVQ_ERR_FORMAT, "negative into u32");
-    CHECK(gguf_get_u32(g, "t.u16", &v32) == 0 && v32 == 60000, "u16");
-    CHECK(gguf_get_i64(g, "t.i16", &v64) == 0 && v64 == -30000, "i16");
-    CHECK(gguf_get_u32(g, "t.u32", &v32) == 0 && v32 == 4000000000u, "u32");
-    CHECK(gguf_get_i64(g, "t.i32", &v64) == 0 && v64 == -2000000000, "i32");
-    CHECK(gguf_get_f32(g, "t.f32", &f) == 0 && f == 1.5f, "f32");
-    CHECK(gguf_get_bool(g, "t.bool", &bo) == 0 && bo == 1, "bool");
-    CHECK(gguf_get_i64(g, "t.u64", &v64) == 0 && v64 == (1ll << 40), "u64");
-    CHECK(gguf_get_u32(g, "t.u64", &v32) == KVQ_ERR_FORMAT, "u64 too large for u32");
-    CHECK(gguf_get_i64(g, "t.i64", &v64) == 0 && v64 == -(1ll << 40), "i64");
-    CHECK(gguf_get_f32(g, "t.f64", &f) == 0 && f == -2.25f, "f64");
-    CHECK(gguf_get_f32(g, "t.u32", &f) == 0 && f == 4e9f, "int as f32");
-    CHECK(gguf_get_u32(g, "t.f32", &v32) == KVQ_ERR_FORMAT, "float as u32 refused");
-    CHECK(gguf_get_u32(g, "nope", &v32) == GGUF_NOT_FOUND, "missing key");
-    gguf_str gs;
-    CHECK(gguf_get_str(g, "t.empty", &gs) == 0 && gs.len == 0, "empty string");
-    CHECK(gguf_get_str(g, "t.u8", &gs) == KVQ_ERR_FORMAT, "u8 as string refused");
+    CHECK(kvq_gguf_get_u32(g, "t.u8", &v32) == 0 && v32 == 200, "u8");
+    CHECK(kvq_gguf_get_i64(g, "t.i8", &v64) == 0 && v64 == -5, "i8");
+    CHECK(kvq_gguf_get_u32(g, "t.i8", &v32) == KVQ_ERR_FORMAT, "negative into u32");
+    CHECK(kvq_gguf_get_u32(g, "t.u16", &v32) == 0 && v32 == 60000, "u16");
+    CHECK(kvq_gguf_get_i64(g, "t.i16", &v64) == 0 && v64 == -30000, "i16");
+    CHECK(kvq_gguf_get_u32(g, "t.u32", &v32) == 0 && v32 == 4000000000u, "u32");
+    CHECK(kvq_gguf_get_i64(g, "t.i32", &v64) == 0 && v64 == -2000000000, "i32");
+    CHECK(kvq_gguf_get_f32(g, "t.f32", &f) == 0 && f == 1.5f, "f32");
+    CHECK(kvq_gguf_get_bool(g, "t.bool", &bo) == 0 && bo == 1, "bool");
+    CHECK(kvq_gguf_get_i64(g, "t.u64", &v64) == 0 && v64 == (1ll << 40), "u64");
+    CHECK(kvq_gguf_get_u32(g, "t.u64", &v32) == KVQ_ERR_FORMAT, "u64 too large for u32");
+    CHECK(kvq_gguf_get_i64(g, "t.i64", &v64) == 0 && v64 == -(1ll << 40), "i64");
+    CHECK(kvq_gguf_get_f32(g, "t.f64", &f) == 0 && f == -2.25f, "f64");
+    CHECK(kvq_gguf_get_f32(g, "t.u32", &f) == 0 && f == 4e9f, "int as f32");
+    CHECK(kvq_gguf_get_u32(g, "t.f32", &v32) == KVQ_ERR_FORMAT, "float as u32 refused");
+    CHECK(kvq_gguf_get_u32(g, "nope", &v32) == GGUF_NOT_FOUND, "missing key");
+    kvq_gguf_str gs;
+    CHECK(kvq_gguf_get_str(g, "t.empty", &gs) == 0 && gs.len == 0, "empty string");
+    CHECK(kvq_gguf_get_str(g, "t.u8", &gs) == KVQ_ERR_FORMAT, "u8 as string refused");
 
-    const gguf_kv *a = NULL;
-    CHECK(gguf_get_arr(g, "t.arr_u32", &a) == 0 && a->v.arr.n == 3 && a->v.arr.type == GGUF_TYPE_UINT32, "arr u32");
+    const kvq_gguf_kv *a = NULL;
+    CHECK(kvq_gguf_get_arr(g, "t.arr_u32", &a) == 0 && a->v.arr.n == 3 && a->v.arr.type == GGUF_TYPE_UINT32, "arr u32");
     if (a) {
-        CHECK(gguf_arr_i64(a, 2, &v64) == 0 && v64 == 9, "arr[2]");
-        CHECK(gguf_arr_i64(a, 3, &v64) == KVQ_ERR_INVALID_ARG, "arr out of range");
+        CHECK(kvq_gguf_arr_i64(a, 2, &v64) == 0 && v64 == 9, "arr[2]");
+        CHECK(kvq_gguf_arr_i64(a, 3, &v64) == KVQ_ERR_INVALID_ARG, "arr out of range");
     }
-    CHECK(gguf_get_arr(g, "t.arr_f32", &a) == 0, "arr f32");
-    CHECK(gguf_arr_f32(a, 1, &f) == 0 && f == -4.0f, "arr f32 [1]");
-    CHECK(gguf_get_arr(g, "t.arr_bool", &a) == 0, "arr bool");
-    CHECK(gguf_arr_i64(a, 3, &v64) == 0 && v64 == 1, "arr bool [3]");
-    CHECK(gguf_get_arr(g, "t.arr_str", &a) == 0 && a->v.arr.n == 3, "arr str");
-    gguf_str ss[3];
-    CHECK(gguf_arr_strings(a, ss, 3) == 0, "arr strings");
-    CHECK(gguf_str_eq(ss[0], "a") && gguf_str_eq(ss[1], "") && gguf_str_eq(ss[2], "hello"), "string values");
-    CHECK(gguf_arr_i64(a, 0, &v64) == KVQ_ERR_FORMAT, "string array as int refused");
-    CHECK(gguf_get_arr(g, "t.arr_nested", &a) == 0 && a->v.arr.type == GGUF_TYPE_ARRAY && a->v.arr.n == 2, "nested");
-    CHECK(gguf_get_arr(g, "t.arr_empty", &a) == 0 && a->v.arr.n == 0, "empty array");
-    CHECK(gguf_get_arr(g, "t.u8", &a) == KVQ_ERR_FORMAT, "scalar as array refused");
+    CHECK(kvq_gguf_get_arr(g, "t.arr_f32", &a) == 0, "arr f32");
+    CHECK(kvq_gguf_arr_f32(a, 1, &f) == 0 && f == -4.0f, "arr f32 [1]");
+    CHECK(kvq_gguf_get_arr(g, "t.arr_bool", &a) == 0, "arr bool");
+    CHECK(kvq_gguf_arr_i64(a, 3, &v64) == 0 && v64 == 1, "arr bool [3]");
+    CHECK(kvq_gguf_get_arr(g, "t.arr_str", &a) == 0 && a->v.arr.n == 3, "arr str");
+    kvq_gguf_str ss[3];
+    CHECK(kvq_gguf_arr_strings(a, ss, 3) == 0, "arr strings");
+    CHECK(kvq_gguf_str_eq(ss[0], "a") && kvq_gguf_str_eq(ss[1], "") && kvq_gguf_str_eq(ss[2], "hello"), "string values");
+    CHECK(kvq_gguf_arr_i64(a, 0, &v64) == KVQ_ERR_FORMAT, "string array as int refused");
+    CHECK(kvq_gguf_get_arr(g, "t.arr_nested", &a) == 0 && a->v.arr.type == GGUF_TYPE_ARRAY && a->v.arr.n == 2, "nested");
+    CHECK(kvq_gguf_get_arr(g, "t.arr_empty", &a) == 0 && a->v.arr.n == 0, "empty array");
+    CHECK(kvq_gguf_get_arr(g, "t.u8", &a) == KVQ_ERR_FORMAT, "scalar as array refused");
 
-    const gguf_tensor *t = gguf_find_tensor(g, "w.f32");
+    const kvq_gguf_tensor *t = kvq_gguf_find_tensor(g, "w.f32");
     CHECK(t && t->n_dims == 2 && t->ne[0] == 3 && t->ne[1] == 2 && t->n_bytes == 24 && t->size_known, "f32 tensor");
     if (t) {
         float x[6];
         memcpy(x, t->data, 24);
         CHECK(x[0] == 0.5f && x[5] == 5.5f, "f32 tensor data");
-        CHECK((const uint8_t *)t->data - b->p == (ptrdiff_t)gguf_data_offset(g), "f32 tensor at data start");
+        CHECK((const uint8_t *)t->data - b->p == (ptrdiff_t)kvq_gguf_data_offset(g), "f32 tensor at data start");
     }
-    t = gguf_find_tensor(g, "w.q8");
+    t = kvq_gguf_find_tensor(g, "w.q8");
     CHECK(t && t->n_bytes == 4 * 34 && t->n_elems == 128, "q8 tensor");
     if (t) {
         float row[64];
-        CHECK_OK(ggml_dequant_row(GGML_TYPE_Q8_0, t->data, row, 64));
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q8_0, t->data, row, 64));
         CHECK(row[0] == -8.0f && row[31] == 7.5f && row[32] == -7.5f, "q8 dequant %g %g %g", row[0], row[31], row[32]);
     }
-    t = gguf_find_tensor(g, "w.unknown");
+    t = kvq_gguf_find_tensor(g, "w.unknown");
     CHECK(t && !t->size_known && t->data == NULL && t->type == 999, "unknown type tensor kept, no data");
-    t = gguf_find_tensor(g, "w.f16");
+    t = kvq_gguf_find_tensor(g, "w.f16");
     CHECK(t && t->n_bytes == 10, "f16 tensor");
-    CHECK(gguf_find_tensor(g, "w") == NULL && gguf_find_tensor(g, "w.f32x") == NULL, "tensor lookup exact");
-    gguf_close(g);
+    CHECK(kvq_gguf_find_tensor(g, "w") == NULL && kvq_gguf_find_tensor(g, "w.f32x") == NULL, "tensor lookup exact");
+    kvq_gguf_close(g);
 }
 
 /* Exercises every accessor on whatever a (possibly corrupted) file holds. */
-static void walk(const gguf_file *g) {
-    for (size_t i = 0; i < gguf_n_kv(g); i++) {
-        const gguf_kv *kv = gguf_kv_at(g, i);
+static void walk(const kvq_gguf_file *g) {
+    for (size_t i = 0; i < kvq_gguf_n_kv(g); i++) {
+        const kvq_gguf_kv *kv = kvq_gguf_kv_at(g, i);
         char name[64];
         size_t n = kv->key.len < 63 ? (size_t)kv->key.len : 63;
         memcpy(name, kv->key.ptr, n);
         name[n] = 0;
         uint32_t v32;
         float f;
-        gguf_str s;
-        (void)gguf_get_u32(g, name, &v32);
-        (void)gguf_get_f32(g, name, &f);
-        (void)gguf_get_str(g, name, &s);
+        kvq_gguf_str s;
+        (void)kvq_gguf_get_u32(g, name, &v32);
+        (void)kvq_gguf_get_f32(g, name, &f);
+        (void)kvq_gguf_get_str(g, name, &s);
         if (kv->type == GGUF_TYPE_ARRAY) {
             if (kv->v.arr.type == GGUF_TYPE_STRING && kv->v.arr.n < 100000) {
-                gguf_str *ss = malloc(sizeof *ss * (size_t)(kv->v.arr.n + 1));
-                CHECK(gguf_arr_strings(kv, ss, kv->v.arr.n) == 0, "strings of a validated array");
+                kvq_gguf_str *ss = malloc(sizeof *ss * (size_t)(kv->v.arr.n + 1));
+                CHECK(kvq_gguf_arr_strings(kv, ss, kv->v.arr.n) == 0, "strings of a validated array");
                 free(ss);
             }
             for (uint64_t j = 0; j < kv->v.arr.n && j < 16; j++) {
                 int64_t v;
-                (void)gguf_arr_i64(kv, j, &v);
-                (void)gguf_arr_f32(kv, j, &f);
+                (void)kvq_gguf_arr_i64(kv, j, &v);
+                (void)kvq_gguf_arr_f32(kv, j, &f);
             }
         }
     }
-    for (size_t i = 0; i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
+    for (size_t i = 0; i < kvq_gguf_n_tensors(g); i++) {
+        const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
         if (t->size_known && t->n_bytes) {
             const uint8_t *p = t->data;
             volatile uint8_t x = p[0];
@@ -214,15 +214,15 @@ static void walk(const gguf_file *g) {
 static void test_truncations(const buf *b) {
     int bad = 0;
     for (size_t len = 0; len < b->n; len++) {
-        gguf_file *g = NULL;
+        kvq_gguf_file *g = NULL;
         uint8_t *copy = malloc(len ? len : 1); /* exact-size copy: ASan sees any overread */
         memcpy(copy, b->p, len);
-        int rc = gguf_open_buffer(&g, copy, len);
+        int rc = kvq_gguf_open_buffer(&g, copy, len);
         if (rc != KVQ_ERR_TRUNCATED) {
             bad++;
             if (bad < 5) fprintf(stderr, "truncated at %zu: rc=%d\n", len, rc);
         }
-        gguf_close(g);
+        kvq_gguf_close(g);
         free(copy);
     }
     CHECK(bad == 0, "%d truncations not reported as KVQ_ERR_TRUNCATED", bad);
@@ -245,12 +245,12 @@ static void test_corruptions(const buf *b, uint64_t seed, int iters) {
             }
         }
         size_t len = (tu_next(&r) % 4 == 0) ? (size_t)(tu_next(&r) % (b->n + 1)) : b->n;
-        gguf_file *g = NULL;
-        int rc = gguf_open_buffer(&g, copy, len);
+        kvq_gguf_file *g = NULL;
+        int rc = kvq_gguf_open_buffer(&g, copy, len);
         if (rc == KVQ_OK) {
             ok++;
             walk(g);
-            gguf_close(g);
+            kvq_gguf_close(g);
         } else if (rc == KVQ_ERR_FORMAT || rc == KVQ_ERR_TRUNCATED) {
             errs++;
         } else {
@@ -264,10 +264,10 @@ static void test_corruptions(const buf *b, uint64_t seed, int iters) {
 
 /* Builds a header by hand and expects rc. */
 static void expect_rc(const char *what, const buf *b, int want) {
-    gguf_file *g = NULL;
-    int rc = gguf_open_buffer(&g, b->p, b->n);
+    kvq_gguf_file *g = NULL;
+    int rc = kvq_gguf_open_buffer(&g, b->p, b->n);
     CHECK(rc == want, "%s: rc=%d (%s), want %d", what, rc, kvq_strerror(rc), want);
-    gguf_close(g);
+    kvq_gguf_close(g);
 }
 
 static buf header(uint32_t magic, uint32_t version, uint64_t nt, uint64_t nkv) {
@@ -377,22 +377,22 @@ static void test_file_io(const buf *b) {
     if (fd < 0) return;
     CHECK(write(fd, b->p, b->n) == (ssize_t)b->n, "write");
     close(fd);
-    gguf_file *g = NULL;
-    CHECK_OK(gguf_open(&g, path));
+    kvq_gguf_file *g = NULL;
+    CHECK_OK(kvq_gguf_open(&g, path));
     if (g) {
-        CHECK(gguf_file_size(g) == b->n, "file size");
+        CHECK(kvq_gguf_file_size(g) == b->n, "file size");
         walk(g);
-        gguf_close(g);
+        kvq_gguf_close(g);
     }
     FILE *f = fopen(path, "wb");
     if (f) fclose(f);
     g = NULL;
-    CHECK(gguf_open(&g, path) == KVQ_ERR_TRUNCATED, "empty file");
+    CHECK(kvq_gguf_open(&g, path) == KVQ_ERR_TRUNCATED, "empty file");
     unlink(path);
-    CHECK(gguf_open(&g, path) == KVQ_ERR_IO, "missing file");
-    CHECK(gguf_open(&g, "/tmp") == KVQ_ERR_IO, "directory");
-    CHECK(gguf_open(NULL, path) == KVQ_ERR_NULL, "NULL out");
-    gguf_close(NULL);
+    CHECK(kvq_gguf_open(&g, path) == KVQ_ERR_IO, "missing file");
+    CHECK(kvq_gguf_open(&g, "/tmp") == KVQ_ERR_IO, "directory");
+    CHECK(kvq_gguf_open(NULL, path) == KVQ_ERR_NULL, "NULL out");
+    kvq_gguf_close(NULL);
 }
 
 /* The real model, when scripts/fetch-models.sh has installed it. */
@@ -404,17 +404,17 @@ static void test_real_model(void) {
         printf("skip: %s not installed\n", path);
         return;
     }
-    gguf_file *g = NULL;
-    CHECK_OK(gguf_open(&g, path));
+    kvq_gguf_file *g = NULL;
+    CHECK_OK(kvq_gguf_open(&g, path));
     if (!g) return;
     uint32_t n = 0;
-    CHECK(gguf_get_u32(g, "llama.block_count", &n) == 0 && n == 30, "block_count %u", n);
-    const gguf_kv *tok = NULL;
-    CHECK(gguf_get_arr(g, "tokenizer.ggml.tokens", &tok) == 0 && tok->v.arr.n == 49152, "49152 tokens");
-    const gguf_tensor *t = gguf_find_tensor(g, "blk.29.ffn_down.weight");
+    CHECK(kvq_gguf_get_u32(g, "llama.block_count", &n) == 0 && n == 30, "block_count %u", n);
+    const kvq_gguf_kv *tok = NULL;
+    CHECK(kvq_gguf_get_arr(g, "tokenizer.ggml.tokens", &tok) == 0 && tok->v.arr.n == 49152, "49152 tokens");
+    const kvq_gguf_tensor *t = kvq_gguf_find_tensor(g, "blk.29.ffn_down.weight");
     CHECK(t && t->type == GGML_TYPE_Q4_1 && t->ne[0] == 1536 && t->ne[1] == 576, "ffn_down");
     walk(g);
-    gguf_close(g);
+    kvq_gguf_close(g);
 }
 
 int main(void) {

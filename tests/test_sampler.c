@@ -30,7 +30,7 @@ static void test_greedy(void) {
     CHECK(sample1(&s, logits) == 123, "greedy = argmax");
     logits[50] = 10.0f; /* tie: lowest id */
     CHECK(sample1(&s, logits) == 50, "greedy tie -> lowest id");
-    kvq_sampler_free(&s);
+    kvq_sampler_release(&s);
 
     /* top-k = 1 at a high temperature is still the argmax */
     p.temperature = 5.0f;
@@ -40,9 +40,9 @@ static void test_greedy(void) {
     int ok = 1;
     for (int i = 0; i < 100; i++) ok &= sample1(&s, logits) == 50;
     CHECK(ok, "top-k 1 = greedy");
-    kvq_sampler_free(&s);
-    kvq_sampler_free(&s); /* twice is fine */
-    kvq_sampler_free(NULL);
+    kvq_sampler_release(&s);
+    kvq_sampler_release(&s); /* twice is fine */
+    kvq_sampler_release(NULL);
 }
 
 static void test_determinism(void) {
@@ -75,9 +75,9 @@ static void test_determinism(void) {
     int again = 1;
     for (int i = 0; i < 64; i++) again &= sample1(&a, logits) == first[i];
     CHECK(again, "reset restarts the sequence");
-    kvq_sampler_free(&a);
-    kvq_sampler_free(&b);
-    kvq_sampler_free(&c);
+    kvq_sampler_release(&a);
+    kvq_sampler_release(&b);
+    kvq_sampler_release(&c);
 }
 
 /* Frequencies over many draws vs the expected probabilities (|z| < 5). */
@@ -97,7 +97,7 @@ static void check_distribution(const char *name, const kvq_sampler_params *p, co
         else CHECK(fabs(f - want[i]) / sd < 5.0, "%s: token %d freq %.4f want %.4f", name, i, f, want[i]);
     }
     free(cnt);
-    kvq_sampler_free(&s);
+    kvq_sampler_release(&s);
 }
 
 static void softmax(const float *l, const int *keep, int n, double temp, double *out) {
@@ -200,7 +200,7 @@ static void test_exclusion_large(void) {
     int ok = 1;
     for (int i = 0; i < 2000; i++) ok &= logits[sample1(&s, logits)] >= thr_k;
     CHECK(ok, "top-k 20 keeps only the 20 best");
-    kvq_sampler_free(&s);
+    kvq_sampler_release(&s);
 
     /* top-p on the whole vocabulary: rank of every draw against a full sort.
      * At a high temperature the survivors are drawn almost uniformly, so the
@@ -235,7 +235,7 @@ static void test_exclusion_large(void) {
             CHECK(max_rank >= m_exp - 2 && max_rank <= m_exp, "top-p %.2f: last kept rank %d, nucleus %d",
                   (double)tps[q], max_rank, m_exp);
             printf("  top-p %.2f: nucleus %d, highest rank drawn %d\n", (double)tps[q], m_exp, max_rank);
-            kvq_sampler_free(&s);
+            kvq_sampler_release(&s);
         }
         p.top_p = 1.0f;
         p.temperature = 3.0f;
@@ -249,7 +249,7 @@ static void test_exclusion_large(void) {
     ok = 1;
     for (int i = 0; i < 2000; i++) ok &= logits[sample1(&s, logits)] >= mx + logf(0.3f);
     CHECK(ok, "min-p keeps only p >= 0.3 p_max");
-    kvq_sampler_free(&s);
+    kvq_sampler_release(&s);
 }
 
 static void test_penalty(void) {
@@ -275,8 +275,8 @@ static void test_penalty(void) {
     CHECK_OK(kvq_sampler_accept(&s2, 0));
     CHECK(sample1(&s2, neg) == 1, "negative logit penalized by multiplication");
     CHECK(kvq_sampler_accept(&s2, 2) == KVQ_ERR_INVALID_ARG, "accept out of range");
-    kvq_sampler_free(&s);
-    kvq_sampler_free(&s2);
+    kvq_sampler_release(&s);
+    kvq_sampler_release(&s2);
 }
 
 static void test_errors(void) {
@@ -302,7 +302,7 @@ static void test_errors(void) {
     for (int i = 0; i < 50; i++) ok &= sample1(&s, one) == 1;
     CHECK(ok, "masked tokens are never drawn");
     CHECK(kvq_sampler_sample(&s, NULL, &id) == KVQ_ERR_NULL, "NULL logits");
-    kvq_sampler_free(&s);
+    kvq_sampler_release(&s);
 }
 
 int main(void) {

@@ -253,9 +253,9 @@ static void test_tiny_spm(void) {
 /* ------------------------------------------------------------------------ */
 
 typedef struct loaded_vocab {
-    gguf_file *g;
+    kvq_gguf_file *g;
     kvq_tok_vocab v;
-    gguf_str *tok_s, *merge_s;
+    kvq_gguf_str *tok_s, *merge_s;
     const char **tok_p, **merge_p;
     size_t *tok_l, *merge_l;
     float *scores;
@@ -264,7 +264,7 @@ typedef struct loaded_vocab {
 } loaded_vocab;
 
 static void free_vocab(loaded_vocab *lv) {
-    gguf_close(lv->g);
+    kvq_gguf_close(lv->g);
     free(lv->tok_s);
     free(lv->merge_s);
     free(lv->tok_p);
@@ -276,24 +276,24 @@ static void free_vocab(loaded_vocab *lv) {
     memset(lv, 0, sizeof *lv);
 }
 
-static int32_t opt_id(const gguf_file *g, const char *key) {
+static int32_t opt_id(const kvq_gguf_file *g, const char *key) {
     int64_t x;
-    return gguf_get_i64(g, key, &x) == KVQ_OK ? (int32_t)x : -1;
+    return kvq_gguf_get_i64(g, key, &x) == KVQ_OK ? (int32_t)x : -1;
 }
 
-static int opt_bool(const gguf_file *g, const char *key) {
+static int opt_bool(const kvq_gguf_file *g, const char *key) {
     int b;
-    return gguf_get_bool(g, key, &b) == KVQ_OK ? b : -1;
+    return kvq_gguf_get_bool(g, key, &b) == KVQ_OK ? b : -1;
 }
 
 /* Strings of an array as pointer + length arrays. */
-static int load_strings(const gguf_kv *kv, gguf_str **s, const char ***p, size_t **l) {
+static int load_strings(const kvq_gguf_kv *kv, kvq_gguf_str **s, const char ***p, size_t **l) {
     uint64_t n = kv->v.arr.n;
     *s = malloc(n * sizeof **s);
     *p = malloc(n * sizeof **p);
     *l = malloc(n * sizeof **l);
     if (!*s || !*p || !*l) return KVQ_ERR_NOMEM;
-    int rc = gguf_arr_strings(kv, *s, n);
+    int rc = kvq_gguf_arr_strings(kv, *s, n);
     if (rc) return rc;
     for (uint64_t i = 0; i < n; i++) {
         (*p)[i] = (*s)[i].ptr;
@@ -305,40 +305,40 @@ static int load_strings(const gguf_kv *kv, gguf_str **s, const char ***p, size_t
 /* Test-local GGUF -> kvq_tok_vocab glue (the engine has its own). */
 static int load_vocab(loaded_vocab *lv, const char *path) {
     memset(lv, 0, sizeof *lv);
-    int rc = gguf_open(&lv->g, path);
+    int rc = kvq_gguf_open(&lv->g, path);
     if (rc) return rc;
-    gguf_file *g = lv->g;
+    kvq_gguf_file *g = lv->g;
     kvq_tok_vocab *v = &lv->v;
     kvq_tok_vocab_init(v);
-    if ((rc = gguf_get_cstr(g, "tokenizer.ggml.model", lv->model, sizeof lv->model)) != KVQ_OK) return KVQ_ERR_FORMAT;
-    if (gguf_get_cstr(g, "tokenizer.ggml.pre", lv->pre, sizeof lv->pre) == KVQ_OK) v->pre = lv->pre;
-    gguf_get_cstr(g, "general.architecture", lv->arch, sizeof lv->arch);
+    if ((rc = kvq_gguf_get_cstr(g, "tokenizer.ggml.model", lv->model, sizeof lv->model)) != KVQ_OK) return KVQ_ERR_FORMAT;
+    if (kvq_gguf_get_cstr(g, "tokenizer.ggml.pre", lv->pre, sizeof lv->pre) == KVQ_OK) v->pre = lv->pre;
+    kvq_gguf_get_cstr(g, "general.architecture", lv->arch, sizeof lv->arch);
     v->model = lv->model;
-    const gguf_kv *kv;
-    if (gguf_get_arr(g, "tokenizer.ggml.tokens", &kv) != KVQ_OK) return KVQ_ERR_FORMAT;
+    const kvq_gguf_kv *kv;
+    if (kvq_gguf_get_arr(g, "tokenizer.ggml.tokens", &kv) != KVQ_OK) return KVQ_ERR_FORMAT;
     size_t n = (size_t)kv->v.arr.n;
     if ((rc = load_strings(kv, &lv->tok_s, &lv->tok_p, &lv->tok_l)) != KVQ_OK) return rc;
     v->n_tokens = n;
     v->tokens = lv->tok_p;
     v->token_lens = lv->tok_l;
-    if (gguf_get_arr(g, "tokenizer.ggml.scores", &kv) == KVQ_OK && kv->v.arr.n == n) {
+    if (kvq_gguf_get_arr(g, "tokenizer.ggml.scores", &kv) == KVQ_OK && kv->v.arr.n == n) {
         lv->scores = malloc(n * sizeof *lv->scores);
         if (!lv->scores) return KVQ_ERR_NOMEM;
         for (size_t i = 0; i < n; i++)
-            if ((rc = gguf_arr_f32(kv, i, &lv->scores[i])) != KVQ_OK) return rc;
+            if ((rc = kvq_gguf_arr_f32(kv, i, &lv->scores[i])) != KVQ_OK) return rc;
         v->scores = lv->scores;
     }
-    if (gguf_get_arr(g, "tokenizer.ggml.token_type", &kv) == KVQ_OK && kv->v.arr.n == n) {
+    if (kvq_gguf_get_arr(g, "tokenizer.ggml.token_type", &kv) == KVQ_OK && kv->v.arr.n == n) {
         lv->types = malloc(n * sizeof *lv->types);
         if (!lv->types) return KVQ_ERR_NOMEM;
         for (size_t i = 0; i < n; i++) {
             int64_t x;
-            if ((rc = gguf_arr_i64(kv, i, &x)) != KVQ_OK) return rc;
+            if ((rc = kvq_gguf_arr_i64(kv, i, &x)) != KVQ_OK) return rc;
             lv->types[i] = (int32_t)x;
         }
         v->token_types = lv->types;
     }
-    if (gguf_get_arr(g, "tokenizer.ggml.merges", &kv) == KVQ_OK) {
+    if (kvq_gguf_get_arr(g, "tokenizer.ggml.merges", &kv) == KVQ_OK) {
         if ((rc = load_strings(kv, &lv->merge_s, &lv->merge_p, &lv->merge_l)) != KVQ_OK) return rc;
         v->n_merges = (size_t)kv->v.arr.n;
         v->merges = lv->merge_p;

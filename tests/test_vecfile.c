@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "kvq.h"
+#include "vecfile.h"
 #include "testutil.h"
 
 static long file_size(const char *path) {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kvq.h"
+#include "vecfile.h"
 #include "tools.h"
 
 #define MAX_CTX 32

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kvq.h"
+#include "vecfile.h"
 #include "tools.h"
 
 #define NQ 16

@@ -14,6 +14,7 @@
 #include "engine/tok_gguf.h"
 #include "engine/tokenizer.h"
 #include "kvq.h"
+#include "vecfile.h"
 #include "tools.h"
 
 static void usage(FILE *f) {

@@ -57,7 +57,7 @@ void eval_env_close(eval_env *e) {
 }
 
 int eval_model_has_chat(const eval_env *e) {
-    return gguf_find_kv(e->m->gguf, "tokenizer.chat_template") != NULL;
+    return kvq_gguf_find_kv(e->m->gguf, "tokenizer.chat_template") != NULL;
 }
 
 const char *eval_basename(const char *path) {

@@ -28,22 +28,22 @@ int cmd_inspect(int argc, char **argv) {
         if (tool_default_model(def, sizeof def, 0)) { fprintf(stderr, "kvq inspect: no model given and none installed\n"); return 2; }
         path = def;
     }
-    gguf_file *g = NULL;
-    int rc = gguf_open(&g, path);
+    kvq_gguf_file *g = NULL;
+    int rc = kvq_gguf_open(&g, path);
     if (rc) { fprintf(stderr, "kvq inspect: %s: %s\n", path, kvq_strerror(rc)); return 1; }
     printf("file           %s\n", path);
     printf("gguf           v%u, %zu metadata keys, %zu tensors, alignment %u, data at %llu, %llu bytes\n",
-           gguf_version(g), gguf_n_kv(g), gguf_n_tensors(g), gguf_alignment(g),
-           (unsigned long long)gguf_data_offset(g), (unsigned long long)gguf_file_size(g));
+           kvq_gguf_version(g), kvq_gguf_n_kv(g), kvq_gguf_n_tensors(g), kvq_gguf_alignment(g),
+           (unsigned long long)kvq_gguf_data_offset(g), (unsigned long long)kvq_gguf_file_size(g));
     char tm[32] = "?", pre[64] = "";
-    gguf_get_cstr(g, "tokenizer.ggml.model", tm, sizeof tm);
-    gguf_get_cstr(g, "tokenizer.ggml.pre", pre, sizeof pre);
+    kvq_gguf_get_cstr(g, "tokenizer.ggml.model", tm, sizeof tm);
+    kvq_gguf_get_cstr(g, "tokenizer.ggml.pre", pre, sizeof pre);
     int counts[64] = {0};
-    for (size_t i = 0; i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
+    for (size_t i = 0; i < kvq_gguf_n_tensors(g); i++) {
+        const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
         counts[t->type < 64 ? t->type : 63]++;
         if (list) {
-            printf("  %-40.*s %-5s [", (int)t->name.len, t->name.ptr, gguf_ggml_type_name(t->type));
+            printf("  %-40.*s %-5s [", (int)t->name.len, t->name.ptr, kvq_ggml_type_name(t->type));
             for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
             printf("] %llu bytes\n", (unsigned long long)t->n_bytes);
         }
@@ -53,9 +53,9 @@ int cmd_inspect(int argc, char **argv) {
     rc = kvq_model_from_gguf(&m, g, err, sizeof err);
     if (rc) {
         char arch[32] = "?";
-        gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
+        kvq_gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
         printf("architecture   %s (not loadable: %s)\n", arch, err);
-        gguf_close(g);
+        kvq_gguf_close(g);
         return 1;
     }
     const kvq_model_config *c = &m->cfg;
@@ -90,7 +90,7 @@ int cmd_inspect(int argc, char **argv) {
     printf("output         %s\n", m->tied_output ? "tied to token_embd" : "output.weight");
     printf("tensor types  ");
     for (int t = 0; t < 64; t++)
-        if (counts[t]) printf(" %s x%d", gguf_ggml_type_name((uint32_t)t), counts[t]);
+        if (counts[t]) printf(" %s x%d", kvq_ggml_type_name((uint32_t)t), counts[t]);
     printf("\nweights        %.1f MiB\n", (double)m->n_weight_bytes / (1024.0 * 1024.0));
     printf("kv per token   %zu bytes as f16 (%d layers x %d kv heads x %d x 2 x 2)\n",
            (size_t)c->n_layers * (size_t)c->n_head_kv * (size_t)c->head_dim * 4, c->n_layers, c->n_head_kv,

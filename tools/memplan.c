@@ -115,7 +115,7 @@ static int build_runtime(const kvq_model *m, const char *kspec, int batch, int t
     size_t widest = E > Q ? E : Q;
     if (F > widest) widest = F;
     memset(r, 0, sizeof *r);
-    r->state = 4 * B * (3 * E + 2 * Q + 2 * KV + 2 * F + 2 * R) + B * ggml_q8a_row_bytes((int64_t)widest) + 8 * R +
+    r->state = 4 * B * (3 * E + 2 * Q + 2 * KV + 2 * F + 2 * R) + B * kvq_ggml_q8a_row_bytes((int64_t)widest) + 8 * R +
                4 * (size_t)c->n_vocab;
     r->H = c->n_head_kv;
     r->G = c->n_head / c->n_head_kv;

@@ -2,7 +2,7 @@
  * The forward pass: a batch of tokens (prefill) or one token (decode)
  * through every block, K/V written to and attention read from the kvq_cache.
  *
- * Where the time goes: the matrix products (ggml_matmul_multi: weights read
+ * Where the time goes: the matrix products (kvq_ggml_matmul_multi: weights read
  * once per batch, activations quantized once per matrix input) and the
  * attention on the cache (kvq_cache_attend). The rest (norms, RoPE, the
  * activation) is O(n_embd + n_ff) per token and runs over the pool by token.
@@ -41,7 +41,7 @@ struct kvq_session {
     int *f16_layers;      /* copy of p.f16_layers */
     kvq_cache *cache;
     kvq_pool *pool;
-    const ggml_kernels *kern;
+    const kvq_ggml_kernels *kern;
     const kvq_ops *ops;
     kvq_run_state s;
     size_t pos;           /* tokens evaluated */
@@ -80,7 +80,7 @@ static int alloc_state(kvq_run_state *s, const kvq_model *m, int n_batch) {
     s->hb2 = malloc(B * F * sizeof(float));
     s->rope_cs = malloc(B * R * sizeof(float));
     s->rope_cs_swa = malloc(B * R * sizeof(float));
-    s->q8 = malloc(B * ggml_q8a_row_bytes((int64_t)widest));
+    s->q8 = malloc(B * kvq_ggml_q8a_row_bytes((int64_t)widest));
     s->inv_freq = malloc(R / 2 * sizeof(double));
     s->inv_freq_swa = malloc(R / 2 * sizeof(double));
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->proj || !s->hb || !s->hb2 || !s->rope_cs ||
@@ -98,7 +98,7 @@ int kvq_session_create(kvq_session **out, const kvq_model *m, const kvq_session_
     kvq_session_params p = params ? *params : kvq_session_default_params();
     if (p.n_batch <= 0) p.n_batch = 256;
     if (p.n_batch > 65536 || p.n_f16_layers < 0 || (p.n_f16_layers && !p.f16_layers)) return KVQ_ERR_INVALID_ARG;
-    const ggml_kernels *kern = ggml_kernels_for(p.isa);
+    const kvq_ggml_kernels *kern = kvq_ggml_kernels_for(p.isa);
     if (!kern) return KVQ_ERR_UNSUPPORTED;
     kvq_session *S = calloc(1, sizeof *S);
     if (!S) return KVQ_ERR_NOMEM;
@@ -145,9 +145,23 @@ void kvq_session_free(kvq_session *S) {
     free(S);
 }
 
-size_t kvq_session_pos(const kvq_session *S) { return S->pos; }
-kvq_cache *kvq_session_cache(kvq_session *S) { return S->cache; }
-const char *kvq_session_kernels(const kvq_session *S) { return S->kern->name; }
+size_t kvq_session_pos(const kvq_session *S) { return S ? S->pos : 0; }
+const kvq_model *kvq_session_model(const kvq_session *S) { return S->m; }
+
+size_t kvq_session_state_bytes(const kvq_session *S) {
+    if (!S) return 0;
+    const kvq_model_config *c = &S->m->cfg;
+    size_t B = (size_t)S->s.n_batch, E = (size_t)c->n_embd, Q = (size_t)c->n_head * (size_t)c->head_dim;
+    size_t KV = (size_t)c->n_head_kv * (size_t)c->head_dim, F = (size_t)c->n_ff, R = (size_t)c->n_rot;
+    size_t widest = E > Q ? E : Q;
+    if (F > widest) widest = F;
+    /* alloc_state's buffers: x xb proj (E), q att (Q), k v (KV), hb hb2 (F), two rope tables (R), the q8 row, two
+     * inverse-frequency tables (R/2 doubles) */
+    return 4 * B * (3 * E + 2 * Q + 2 * KV + 2 * F + 2 * R) + B * kvq_ggml_q8a_row_bytes((int64_t)widest) +
+           2 * (R / 2) * sizeof(double);
+}
+kvq_cache *kvq_session_cache(kvq_session *S) { return S ? S->cache : NULL; }
+const char *kvq_session_kernels(const kvq_session *S) { return S ? S->kern->name : ""; }
 
 int kvq_session_truncate(kvq_session *S, size_t pos) {
     if (!S) return KVQ_ERR_NULL;
@@ -240,11 +254,11 @@ static int step(kvq_session *S, int layer, step_kind kind, int ntok) {
 /* ------------------------------------------------------------------------ */
 /* Forward                                                                  */
 /* ------------------------------------------------------------------------ */
-static int matmul(kvq_session *S, const ggml_matrix *W, const float *X, int ntok, float *Y) {
-    ggml_acts A;
-    ggml_acts_init(&A, X, ntok, W->cols, S->s.q8);
+static int matmul(kvq_session *S, const kvq_ggml_matrix *W, const float *X, int ntok, float *Y) {
+    kvq_ggml_acts A;
+    kvq_ggml_acts_init(&A, X, ntok, W->cols, S->s.q8);
     A.f32_only = S->p.f32_acts;
-    return ggml_matmul(S->kern, S->pool, W, &A, Y, W->rows);
+    return kvq_ggml_matmul(S->kern, S->pool, W, &A, Y, W->rows);
 }
 
 /* One chunk of ntok <= n_batch tokens at positions S->pos ... */
@@ -258,7 +272,7 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
     /* embeddings (rows of token_embd, whatever their type) */
     for (int t = 0; t < ntok; t++) {
         float *x = s->x + (size_t)t * E;
-        rc = ggml_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tok[t] * m->tok_embd.row_bytes,
+        rc = kvq_ggml_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tok[t] * m->tok_embd.row_bytes,
                               x, E);
         if (rc) return rc;
         if (c->embd_scale != 1.0f)
@@ -275,13 +289,13 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
         /* attention */
         if ((rc = step(S, l, STEP_ATTN_NORM, ntok))) return rc;
         {
-            const ggml_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
+            const kvq_ggml_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
             float *Y[3] = {s->q, s->k, s->v};
             int64_t ldy[3] = {Q, KV, KV};
-            ggml_acts A;
-            ggml_acts_init(&A, s->xb, ntok, E, s->q8);
+            kvq_ggml_acts A;
+            kvq_ggml_acts_init(&A, s->xb, ntok, E, s->q8);
             A.f32_only = S->p.f32_acts;
-            if ((rc = ggml_matmul_multi(S->kern, S->pool, W, 3, &A, Y, ldy))) return rc;
+            if ((rc = kvq_ggml_matmul_multi(S->kern, S->pool, W, 3, &A, Y, ldy))) return rc;
         }
         if ((rc = step(S, l, STEP_QKV, ntok))) return rc;
         if (S->p.kv_hook) S->p.kv_hook(S->p.kv_hook_user, l, S->pos, s->q, s->k, s->v, (size_t)ntok);
@@ -294,13 +308,13 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
         /* feed-forward */
         if ((rc = step(S, l, STEP_FFN_NORM, ntok))) return rc;
         {
-            const ggml_matrix *W[2] = {&L->w_gate, &L->w_up};
+            const kvq_ggml_matrix *W[2] = {&L->w_gate, &L->w_up};
             float *Y[2] = {s->hb, s->hb2};
             int64_t ldy[2] = {F, F};
-            ggml_acts A;
-            ggml_acts_init(&A, s->xb, ntok, E, s->q8);
+            kvq_ggml_acts A;
+            kvq_ggml_acts_init(&A, s->xb, ntok, E, s->q8);
             A.f32_only = S->p.f32_acts;
-            if ((rc = ggml_matmul_multi(S->kern, S->pool, W, 2, &A, Y, ldy))) return rc;
+            if ((rc = kvq_ggml_matmul_multi(S->kern, S->pool, W, 2, &A, Y, ldy))) return rc;
         }
         if ((rc = step(S, l, STEP_ACT, ntok))) return rc;
         if ((rc = matmul(S, &L->w_down, s->hb, ntok, s->proj))) return rc;

@@ -29,16 +29,15 @@ static const type_info TYPES[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q6_K] = {"q6_K", 256, 210, 1, 1},
 };
 
-static const type_info *info(ggml_type t) {
+static const type_info *info(kvq_ggml_type t) {
     return (unsigned)t < GGML_TYPE_COUNT && TYPES[t].name ? &TYPES[t] : NULL;
 }
 
-int ggml_type_supported(ggml_type t) { const type_info *i = info(t); return i && i->supported; }
-const char *ggml_type_name(ggml_type t) { const type_info *i = info(t); return i ? i->name : "?"; }
-int ggml_type_block(ggml_type t) { const type_info *i = info(t); return i ? i->block : 0; }
-int ggml_type_uses_q8a(ggml_type t) { const type_info *i = info(t); return i && i->q8a; }
+int kvq_ggml_type_supported(kvq_ggml_type t) { const type_info *i = info(t); return i && i->supported; }
+int kvq_ggml_type_block(kvq_ggml_type t) { const type_info *i = info(t); return i ? i->block : 0; }
+int kvq_ggml_type_uses_q8a(kvq_ggml_type t) { const type_info *i = info(t); return i && i->q8a; }
 
-size_t ggml_row_bytes(ggml_type t, int64_t n) {
+size_t kvq_ggml_row_bytes(kvq_ggml_type t, int64_t n) {
     const type_info *i = info(t);
     if (!i || n <= 0 || n % i->block) return 0;
     return (size_t)(n / i->block) * (size_t)i->bytes;
@@ -60,7 +59,7 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     }
 }
 
-int ggml_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
+int kvq_ggml_dequant_row(kvq_ggml_type t, const void *src, float *y, int64_t n) {
     const type_info *ti = info(t);
     if (!src || !y) return KVQ_ERR_NULL;
     if (!ti || !ti->supported) return KVQ_ERR_UNSUPPORTED;
@@ -193,7 +192,7 @@ int ggml_dequant_row(ggml_type t, const void *src, float *y, int64_t n) {
 /* ------------------------------------------------------------------------ */
 /* Sub-block decomposition                                                   */
 /* ------------------------------------------------------------------------ */
-void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float scale[2], float min[2]) {
+void kvq_ggml_unpack32(kvq_ggml_type t, const void *row, int64_t j, uint8_t u[32], float scale[2], float min[2]) {
     switch (t) {
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: {
         const uint8_t *qs;
@@ -289,12 +288,12 @@ void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float
 /* Offset of the spread scales dx in a q8a row. */
 static size_t q8a_dx_offset(int64_t n) { return ((size_t)n + 12 * ((size_t)n / 32) + 63) & ~(size_t)63; }
 
-size_t ggml_q8a_row_bytes(int64_t n) {
+size_t kvq_ggml_q8a_row_bytes(int64_t n) {
     size_t pairs = ((size_t)n / 32 + 1) / 2;
     return q8a_dx_offset(n) + 64 * pairs;
 }
 
-void ggml_q8a_spread(void *row, int64_t n) {
+void kvq_ggml_q8a_spread(void *row, int64_t n) {
     int64_t nb = n / 32;
     const float *d = (const float *)((const uint8_t *)row + n);
     float *dx = (float *)((uint8_t *)row + q8a_dx_offset(n));
@@ -302,7 +301,7 @@ void ggml_q8a_spread(void *row, int64_t n) {
         for (int l = 0; l < 8; l++) dx[8 * b + l] = b < nb ? d[b] : 0.0f;
 }
 
-void ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
+void kvq_ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
     int64_t nb = n / 32;
     int8_t *q = row;
     float *d = (float *)((uint8_t *)row + n), *s = d + nb, *s0 = s + nb;
@@ -323,13 +322,13 @@ void ggml_quantize_q8a_row(const float *x, int64_t n, void *row) {
         s[b] = db * (float)(sum0 + sum1);
         s0[b] = db * (float)sum0;
     }
-    ggml_q8a_spread(row, n);
+    kvq_ggml_q8a_spread(row, n);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Scalar reference dot products                                            */
 /* ------------------------------------------------------------------------ */
-static void dot_q8a_ref(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
+static void dot_q8a_ref(kvq_ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
     int64_t nb = n / 32;
     for (int r = 0; r < nx; r++) {
         const uint8_t *row = (const uint8_t *)act + (size_t)r * stride;
@@ -339,7 +338,7 @@ static void dot_q8a_ref(ggml_type t, int64_t n, const void *w, const void *act, 
         for (int64_t j = 0; j < nb; j++) {
             uint8_t u[32];
             float sc[2], mn[2];
-            ggml_unpack32(t, w, j, u, sc, mn);
+            kvq_ggml_unpack32(t, w, j, u, sc, mn);
             int32_t ia = 0, ib = 0;
             for (int l = 0; l < 16; l++) ia += (int32_t)u[l] * q[32 * j + l];
             for (int l = 16; l < 32; l++) ib += (int32_t)u[l] * q[32 * j + l];
@@ -351,12 +350,12 @@ static void dot_q8a_ref(ggml_type t, int64_t n, const void *w, const void *act, 
 }
 
 /* Quantized weights (through the sub-block decomposition) against f32 rows. */
-static void dotf_ref(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
+static void dotf_ref(kvq_ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
     double acc[GGML_MAX_NX] = {0};
     for (int64_t j = 0; j < n / 32; j++) {
         uint8_t u[32];
         float sc[2], mn[2];
-        ggml_unpack32(t, w, j, u, sc, mn);
+        kvq_ggml_unpack32(t, w, j, u, sc, mn);
         for (int r = 0; r < nx; r++) {
             const float *x = (const float *)((const uint8_t *)act + (size_t)r * stride) + 32 * j;
             for (int l = 0; l < 32; l++) acc[r] += ((double)sc[l / 16] * u[l] + mn[l / 16]) * x[l];
@@ -365,7 +364,7 @@ static void dotf_ref(ggml_type t, int64_t n, const void *w, const void *act, siz
     for (int r = 0; r < nx; r++) out[r] = (float)acc[r];
 }
 
-static void dot_float_ref(ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
+static void dot_float_ref(kvq_ggml_type t, int64_t n, const void *w, const void *act, size_t stride, int nx, float *out) {
     const uint8_t *p = w;
     for (int r = 0; r < nx; r++) {
         const float *x = (const float *)((const uint8_t *)act + (size_t)r * stride);
@@ -407,7 +406,7 @@ REF_F(GGML_TYPE_F32, ref_f32)
 REF_F(GGML_TYPE_F16, ref_f16)
 REF_F(GGML_TYPE_BF16, ref_bf16)
 
-static const ggml_kernels SCALAR = {
+static const kvq_ggml_kernels SCALAR = {
     .name = "scalar",
     .dot = {
         [GGML_TYPE_F32] = ref_f32, [GGML_TYPE_F16] = ref_f16, [GGML_TYPE_BF16] = ref_bf16,
@@ -420,35 +419,35 @@ static const ggml_kernels SCALAR = {
         [GGML_TYPE_Q5_1] = reff_q5_1, [GGML_TYPE_Q8_0] = reff_q8_0, [GGML_TYPE_Q4_K] = reff_q4_K,
         [GGML_TYPE_Q5_K] = reff_q5_K, [GGML_TYPE_Q6_K] = reff_q6_K,
     },
-    .quantize_q8a = ggml_quantize_q8a_row,
+    .quantize_q8a = kvq_ggml_quantize_q8a_row,
 };
 
-const ggml_kernels *ggml_kernels_scalar(void) { return &SCALAR; }
+const kvq_ggml_kernels *kvq_ggml_kernels_scalar(void) { return &SCALAR; }
 
-const ggml_kernels *ggml_kernels_for(kvq_isa isa) {
+const kvq_ggml_kernels *kvq_ggml_kernels_for(kvq_isa isa) {
     kvq_isa have = kvq_cpu_isa();
     if (isa == KVQ_ISA_BEST) {
-        if (have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni()) return ggml_kernels_avx512vnni_table();
-        if (have >= KVQ_ISA_AVX2) return ggml_kernels_avx2_table();
+        if (have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni()) return kvq_ggml_kernels_avx512vnni_table();
+        if (have >= KVQ_ISA_AVX2) return kvq_ggml_kernels_avx2_table();
         return &SCALAR;
     }
     switch (isa) {
     case KVQ_ISA_SCALAR: return &SCALAR;
-    case KVQ_ISA_AVX2: return have >= KVQ_ISA_AVX2 ? ggml_kernels_avx2_table() : NULL;
+    case KVQ_ISA_AVX2: return have >= KVQ_ISA_AVX2 ? kvq_ggml_kernels_avx2_table() : NULL;
     case KVQ_ISA_AVX512:
-        return have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni() ? ggml_kernels_avx512vnni_table() : NULL;
+        return have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni() ? kvq_ggml_kernels_avx512vnni_table() : NULL;
     default: return NULL;
     }
 }
 
-int ggml_kernels_all(const ggml_kernels **out, int max) {
+int kvq_ggml_kernels_all(const kvq_ggml_kernels **out, int max) {
     int n = 0;
     if (n < max) out[n++] = &SCALAR;
     kvq_isa have = kvq_cpu_isa();
-    if (have >= KVQ_ISA_AVX2 && n < max) out[n++] = ggml_kernels_avx2_table();
+    if (have >= KVQ_ISA_AVX2 && n < max) out[n++] = kvq_ggml_kernels_avx2_table();
     if (have >= KVQ_ISA_AVX512 && kvq_cpu_has_avx512vnni()) {
-        if (n < max) out[n++] = ggml_kernels_avx512vnni256_table();
-        if (n < max) out[n++] = ggml_kernels_avx512vnni_table();
+        if (n < max) out[n++] = kvq_ggml_kernels_avx512vnni256_table();
+        if (n < max) out[n++] = kvq_ggml_kernels_avx512vnni_table();
     }
     return n;
 }
@@ -456,7 +455,7 @@ int ggml_kernels_all(const ggml_kernels **out, int max) {
 /* ------------------------------------------------------------------------ */
 /* Matrix products                                                          */
 /* ------------------------------------------------------------------------ */
-void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8) {
+void kvq_ggml_acts_init(kvq_ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8) {
     a->x = x;
     a->ntok = ntok;
     a->cols = cols;
@@ -473,22 +472,22 @@ void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, vo
 #define TASK_WEIGHT_BYTES (96 * 1024)
 
 typedef struct {
-    const ggml_kernels *k;
-    const ggml_matrix *W[MM_MAX];
+    const kvq_ggml_kernels *k;
+    const kvq_ggml_matrix *W[MM_MAX];
     float *Y[MM_MAX];
     int64_t ldy[MM_MAX];
     int64_t row0[MM_MAX + 1]; /* prefix sums of rows */
     int nm;
-    const ggml_acts *A;
+    const kvq_ggml_acts *A;
     int64_t rows_per_task;
 } mm_job;
 
-typedef struct { const ggml_acts *A; const ggml_kernels *k; int64_t per_task; } quant_job;
+typedef struct { const kvq_ggml_acts *A; const kvq_ggml_kernels *k; int64_t per_task; } quant_job;
 
 static void quant_task(void *arg, int task, int thread) {
     (void)thread;
     const quant_job *j = arg;
-    size_t rb = ggml_q8a_row_bytes(j->A->cols);
+    size_t rb = kvq_ggml_q8a_row_bytes(j->A->cols);
     int64_t t0 = (int64_t)task * j->per_task, t1 = t0 + j->per_task;
     if (t1 > j->A->ntok) t1 = j->A->ntok;
     for (int64_t t = t0; t < t1; t++)
@@ -500,24 +499,24 @@ static void mm_task(void *arg, int task, int thread) {
     const mm_job *j = arg;
     int64_t g0 = (int64_t)task * j->rows_per_task, g1 = g0 + j->rows_per_task;
     if (g1 > j->row0[j->nm]) g1 = j->row0[j->nm];
-    const ggml_acts *A = j->A;
+    const kvq_ggml_acts *A = j->A;
     for (int m = 0; m < j->nm; m++) {
         int64_t r0 = g0 > j->row0[m] ? g0 : j->row0[m];
         int64_t r1 = g1 < j->row0[m + 1] ? g1 : j->row0[m + 1];
         if (r0 >= r1) continue;
-        const ggml_matrix *W = j->W[m];
-        ggml_dot_fn dot = j->k->dot[W->type];
+        const kvq_ggml_matrix *W = j->W[m];
+        kvq_ggml_dot_fn dot = j->k->dot[W->type];
         const void *act;
         size_t stride;
         r0 -= j->row0[m];
         r1 -= j->row0[m];
         float *Y = j->Y[m];
         int64_t ldy = j->ldy[m];
-        if (ggml_type_uses_q8a(W->type) && !A->f32_only) { act = A->q8; stride = ggml_q8a_row_bytes(A->cols); }
+        if (kvq_ggml_type_uses_q8a(W->type) && !A->f32_only) { act = A->q8; stride = kvq_ggml_q8a_row_bytes(A->cols); }
         else {
             act = A->x;
             stride = (size_t)A->cols * sizeof(float);
-            if (A->f32_only && ggml_type_uses_q8a(W->type)) dot = j->k->dotf[W->type];
+            if (A->f32_only && kvq_ggml_type_uses_q8a(W->type)) dot = j->k->dotf[W->type];
         }
         /* activation tiles outer, weight rows inner: the task's weight rows
          * are reused from cache for every tile */
@@ -533,7 +532,7 @@ static void mm_task(void *arg, int task, int thread) {
     }
 }
 
-int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *const *W, int nm, ggml_acts *A,
+int kvq_ggml_matmul_multi(const kvq_ggml_kernels *k, kvq_pool *pool, const kvq_ggml_matrix *const *W, int nm, kvq_ggml_acts *A,
                       float *const *Y, const int64_t *ldy) {
     if (!k || !W || !A || !Y || !ldy) return KVQ_ERR_NULL;
     if (nm < 1 || nm > MM_MAX || A->ntok < 1) return KVQ_ERR_INVALID_ARG;
@@ -546,8 +545,8 @@ int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *
     for (int m = 0; m < nm; m++) {
         if (!W[m] || !Y[m]) return KVQ_ERR_NULL;
         if (W[m]->cols != A->cols || ldy[m] < W[m]->rows) return KVQ_ERR_INVALID_ARG;
-        if (!ggml_type_supported(W[m]->type) || !k->dot[W[m]->type]) return KVQ_ERR_UNSUPPORTED;
-        if (ggml_type_uses_q8a(W[m]->type)) {
+        if (!kvq_ggml_type_supported(W[m]->type) || !k->dot[W[m]->type]) return KVQ_ERR_UNSUPPORTED;
+        if (kvq_ggml_type_uses_q8a(W[m]->type)) {
             if (A->cols % 32) return KVQ_ERR_INVALID_ARG;
             if (A->f32_only && !k->dotf[W[m]->type]) return KVQ_ERR_UNSUPPORTED;
             need_q8 = !A->f32_only;
@@ -579,9 +578,9 @@ int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *
     return kvq_pool_run(pool, mm_task, &j, ntasks);
 }
 
-int ggml_matmul(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *W, ggml_acts *A, float *Y, int64_t ldy) {
-    const ggml_matrix *Ws[1] = {W};
+int kvq_ggml_matmul(const kvq_ggml_kernels *k, kvq_pool *pool, const kvq_ggml_matrix *W, kvq_ggml_acts *A, float *Y, int64_t ldy) {
+    const kvq_ggml_matrix *Ws[1] = {W};
     float *Ys[1] = {Y};
     int64_t l[1] = {ldy};
-    return ggml_matmul_multi(k, pool, Ws, 1, A, Ys, l);
+    return kvq_ggml_matmul_multi(k, pool, Ws, 1, A, Ys, l);
 }

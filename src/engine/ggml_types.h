@@ -22,7 +22,7 @@
 #include "kvq.h"
 
 /* ggml type ids as stored in GGUF tensor infos (fixed numeric values). */
-typedef enum ggml_type {
+typedef enum kvq_ggml_type {
     GGML_TYPE_F32 = 0,
     GGML_TYPE_F16 = 1,
     GGML_TYPE_Q4_0 = 2,
@@ -44,7 +44,7 @@ typedef enum ggml_type {
     GGML_TYPE_F64 = 28,
     GGML_TYPE_BF16 = 30,
     GGML_TYPE_COUNT = 31
-} ggml_type;
+} kvq_ggml_type;
 
 /* ------------------------------------------------------------------------ */
 /* Block layouts (halves are IEEE binary16 bit patterns)                    */
@@ -116,15 +116,14 @@ _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
 /* Types, sizes, scalar reference                                           */
 /* ------------------------------------------------------------------------ */
 /* 1 if the engine can compute with weights of this type. */
-int ggml_type_supported(ggml_type t);
-const char *ggml_type_name(ggml_type t);
+int kvq_ggml_type_supported(kvq_ggml_type t);
 /* Values per block (1 for float types), 0 if unknown. */
-int ggml_type_block(ggml_type t);
+int kvq_ggml_type_block(kvq_ggml_type t);
 /* Bytes of one row of n values (n a multiple of the block); 0 if invalid. */
-size_t ggml_row_bytes(ggml_type t, int64_t n);
+size_t kvq_ggml_row_bytes(kvq_ggml_type t, int64_t n);
 
 /* Dequantizes one row of n values (scalar reference). */
-int ggml_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
+int kvq_ggml_dequant_row(kvq_ggml_type t, const void *src, float *dst, int64_t n);
 
 /*
  * Sub-block decomposition (the specification of the fast kernels):
@@ -132,7 +131,7 @@ int ggml_dequant_row(ggml_type t, const void *src, float *dst, int64_t n);
  * and per-half scale[2] / min[2] (w[l] = scale[l/16]*u[l] + min[l/16]).
  * Only for quantized supported types.
  */
-void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float scale[2], float min[2]);
+void kvq_ggml_unpack32(kvq_ggml_type t, const void *row, int64_t j, uint8_t u[32], float scale[2], float min[2]);
 
 /* ------------------------------------------------------------------------ */
 /* Activations                                                              */
@@ -147,13 +146,13 @@ void ggml_unpack32(ggml_type t, const void *row, int64_t j, uint8_t u[32], float
  * dx[p] = the scales of blocks 2p and 2p+1 spread over 8 lanes each (0 past
  * the last block): what a 512-bit kernel multiplies a pair's lanes with.
  */
-size_t ggml_q8a_row_bytes(int64_t n);
-void ggml_quantize_q8a_row(const float *x, int64_t n, void *row);
+size_t kvq_ggml_q8a_row_bytes(int64_t n);
+void kvq_ggml_quantize_q8a_row(const float *x, int64_t n, void *row);
 /* Writes the row's dx array from its d array (part of quantizing). */
-void ggml_q8a_spread(void *row, int64_t n);
+void kvq_ggml_q8a_spread(void *row, int64_t n);
 
 /* 1 if weights of type t are dotted with q8a activations, 0 with f32. */
-int ggml_type_uses_q8a(ggml_type t);
+int kvq_ggml_type_uses_q8a(kvq_ggml_type t);
 
 /* ------------------------------------------------------------------------ */
 /* Kernels with run-time dispatch                                           */
@@ -164,49 +163,49 @@ int ggml_type_uses_q8a(ggml_type t);
 /*
  * out[r] = dot(weight row w, activation row r) for r < nx <= GGML_MAX_NX;
  * activation row r starts at act + r * act_stride (q8a rows or f32 rows
- * according to ggml_type_uses_q8a). n is the row length.
+ * according to kvq_ggml_type_uses_q8a). n is the row length.
  */
-typedef void (*ggml_dot_fn)(int64_t n, const void *w, const void *act, size_t act_stride, int nx, float *out);
+typedef void (*kvq_ggml_dot_fn)(int64_t n, const void *w, const void *act, size_t act_stride, int nx, float *out);
 
-typedef struct ggml_kernels {
+typedef struct kvq_ggml_kernels {
     const char *name;                    /* "scalar", "avx2", "avx512vnni" */
-    ggml_dot_fn dot[GGML_TYPE_COUNT];    /* NULL for unsupported types */
+    kvq_ggml_dot_fn dot[GGML_TYPE_COUNT];    /* NULL for unsupported types */
     /* quantized weights against f32 activation rows (each sub-block
      * dequantized in registers, shared by the rows): no activation rounding */
-    ggml_dot_fn dotf[GGML_TYPE_COUNT];
+    kvq_ggml_dot_fn dotf[GGML_TYPE_COUNT];
     void (*quantize_q8a)(const float *x, int64_t n, void *row);
-} ggml_kernels;
+} kvq_ggml_kernels;
 
 /* Scalar reference kernels (always available). */
-const ggml_kernels *ggml_kernels_scalar(void);
+const kvq_ggml_kernels *kvq_ggml_kernels_scalar(void);
 /* Kernels for an ISA, NULL if the CPU lacks it. KVQ_ISA_AVX512 means the
  * AVX-512 VNNI kernels (NULL without VNNI); KVQ_ISA_BEST picks the best. */
-const ggml_kernels *ggml_kernels_for(kvq_isa isa);
+const kvq_ggml_kernels *kvq_ggml_kernels_for(kvq_isa isa);
 
 /* A weight matrix: rows of `cols` values, row r at data + r * row_bytes. */
-typedef struct ggml_matrix {
+typedef struct kvq_ggml_matrix {
     const void *data;
-    ggml_type type;
+    kvq_ggml_type type;
     int64_t rows, cols;
     size_t row_bytes;
-} ggml_matrix;
+} kvq_ggml_matrix;
 
 /*
  * A batch of ntok activation rows of `cols` floats, quantized to q8a on
  * first use by a q8a weight type (once, shared by every matrix multiplied
- * with it). q8 must hold ntok * ggml_q8a_row_bytes(cols) bytes.
+ * with it). q8 must hold ntok * kvq_ggml_q8a_row_bytes(cols) bytes.
  */
-typedef struct ggml_acts {
+typedef struct kvq_ggml_acts {
     const float *x;   /* (ntok, cols) */
     int64_t ntok, cols;
     void *q8;         /* (ntok, q8a row) workspace */
     int q8_ready;
     int f32_only;     /* 1: quantized weights are dotted with the f32 rows
                        * (kernels' dotf): no activation rounding, slower */
-} ggml_acts;
+} kvq_ggml_acts;
 
 /* Starts a batch (q8_ready = 0, f32_only = 0). */
-void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8);
+void kvq_ggml_acts_init(kvq_ggml_acts *a, const float *x, int64_t ntok, int64_t cols, void *q8);
 
 /*
  * Y_m[t * ldy_m + r] = W_m[r] . X[t] for nm <= 4 matrices sharing the
@@ -214,18 +213,18 @@ void ggml_acts_init(ggml_acts *a, const float *x, int64_t ntok, int64_t cols, vo
  * over all their rows. Returns KVQ_ERR_INVALID_ARG on shape mismatch,
  * KVQ_ERR_UNSUPPORTED for a type without kernel.
  */
-int ggml_matmul_multi(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *const *W, int nm, ggml_acts *A,
+int kvq_ggml_matmul_multi(const kvq_ggml_kernels *k, kvq_pool *pool, const kvq_ggml_matrix *const *W, int nm, kvq_ggml_acts *A,
                       float *const *Y, const int64_t *ldy);
 /* Single-matrix form: Y is (ntok, ldy). */
-int ggml_matmul(const ggml_kernels *k, kvq_pool *pool, const ggml_matrix *W, ggml_acts *A, float *Y, int64_t ldy);
+int kvq_ggml_matmul(const kvq_ggml_kernels *k, kvq_pool *pool, const kvq_ggml_matrix *W, kvq_ggml_acts *A, float *Y, int64_t ldy);
 
 /* Every kernel table the running CPU can run, the scalar reference first
  * (for tests); returns the count written (at most max). */
-int ggml_kernels_all(const ggml_kernels **out, int max);
+int kvq_ggml_kernels_all(const kvq_ggml_kernels **out, int max);
 
-/* Internal: per-ISA tables (ggml_types_avx2.c / ggml_types_avx512.c). */
-const ggml_kernels *ggml_kernels_avx2_table(void);
-const ggml_kernels *ggml_kernels_avx512vnni_table(void);
-const ggml_kernels *ggml_kernels_avx512vnni256_table(void);
+/* Internal: per-ISA tables (kvq_ggml_types_avx2.c / kvq_ggml_types_avx512.c). */
+const kvq_ggml_kernels *kvq_ggml_kernels_avx2_table(void);
+const kvq_ggml_kernels *kvq_ggml_kernels_avx512vnni_table(void);
+const kvq_ggml_kernels *kvq_ggml_kernels_avx512vnni256_table(void);
 
 #endif

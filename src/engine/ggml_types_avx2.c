@@ -1,4 +1,4 @@
-/* AVX2 kernels (vpmaddubsw + vpmaddwd integer dots); see ggml_dot_x86.inc. */
+/* AVX2 kernels (vpmaddubsw + vpmaddwd integer dots); see kvq_ggml_dot_x86.inc. */
 #include "ggml_types.h"
 
 #include "cpu.h"
@@ -8,7 +8,7 @@
 #define KVQ_VNNI 0
 #include "ggml_dot_x86.inc"
 
-static const ggml_kernels KERNELS = {
+static const kvq_ggml_kernels KERNELS = {
     .name = "avx2",
     .dot = {
         [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
@@ -20,7 +20,7 @@ static const ggml_kernels KERNELS = {
     .quantize_q8a = quantize_q8a,
 };
 
-const ggml_kernels *ggml_kernels_avx2_table(void) { return &KERNELS; }
+const kvq_ggml_kernels *kvq_ggml_kernels_avx2_table(void) { return &KERNELS; }
 #else
-const ggml_kernels *ggml_kernels_avx2_table(void) { return ggml_kernels_scalar(); }
+const kvq_ggml_kernels *kvq_ggml_kernels_avx2_table(void) { return kvq_ggml_kernels_scalar(); }
 #endif

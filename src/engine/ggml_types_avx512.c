@@ -4,7 +4,7 @@
  * two blocks' scales applied lane-wise (a permute spreads the activation's
  * two block scales over 8 lanes each). That halves the per-row instruction
  * count of the 256-bit form, which is what bounds prefill. Float weights,
- * odd tails and the activation quantizer come from ggml_dot_x86.inc (its
+ * odd tails and the activation quantizer come from kvq_ggml_dot_x86.inc (its
  * 256-bit kernels, compiled here with vpdpbusd).
  */
 #include "ggml_types.h"
@@ -208,7 +208,7 @@ INSTANTIATE(dot512_q5_K, Q5_K_512)
 INSTANTIATE(dot512_q6_K, k512_q6_K)
 
 /* The 256-bit VNNI kernels, as a table of their own (tests). */
-static const ggml_kernels KERNELS256 = {
+static const kvq_ggml_kernels KERNELS256 = {
     .name = "avx512vnni-256",
     .dot = {
         [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
@@ -220,9 +220,9 @@ static const ggml_kernels KERNELS256 = {
     .quantize_q8a = quantize_q8a,
 };
 
-const ggml_kernels *ggml_kernels_avx512vnni256_table(void) { return &KERNELS256; }
+const kvq_ggml_kernels *kvq_ggml_kernels_avx512vnni256_table(void) { return &KERNELS256; }
 
-static const ggml_kernels KERNELS = {
+static const kvq_ggml_kernels KERNELS = {
     .name = "avx512vnni",
     .dot = {
         [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
@@ -234,8 +234,8 @@ static const ggml_kernels KERNELS = {
     .quantize_q8a = quantize_q8a,
 };
 
-const ggml_kernels *ggml_kernels_avx512vnni_table(void) { return &KERNELS; }
+const kvq_ggml_kernels *kvq_ggml_kernels_avx512vnni_table(void) { return &KERNELS; }
 #else
-const ggml_kernels *ggml_kernels_avx512vnni_table(void) { return ggml_kernels_scalar(); }
-const ggml_kernels *ggml_kernels_avx512vnni256_table(void) { return ggml_kernels_scalar(); }
+const kvq_ggml_kernels *kvq_ggml_kernels_avx512vnni_table(void) { return kvq_ggml_kernels_scalar(); }
+const kvq_ggml_kernels *kvq_ggml_kernels_avx512vnni256_table(void) { return kvq_ggml_kernels_scalar(); }
 #endif

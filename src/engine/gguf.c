@@ -20,7 +20,7 @@
 
 #define GGUF_MAX_ARRAY_DEPTH 8
 
-struct gguf_file {
+struct kvq_gguf_file {
     const uint8_t *base;
     uint64_t size;
     int mapped; /* 1: munmap base on close */
@@ -28,8 +28,8 @@ struct gguf_file {
     uint32_t alignment;
     uint64_t data_offset;
     uint64_t n_kv, n_tensors;
-    gguf_kv *kv;
-    gguf_tensor *tensors;
+    kvq_gguf_kv *kv;
+    kvq_gguf_tensor *tensors;
     uint32_t *kv_sorted;     /* kv indices sorted by key */
     uint32_t *tensor_sorted; /* tensor indices sorted by name */
 };
@@ -62,19 +62,19 @@ static const type_geom GEOM[] = {
     [GGML_TYPE_BF16] = {"bf16", 1, 2},
 };
 
-int gguf_ggml_type_geometry(uint32_t type, uint32_t *block, uint32_t *bytes) {
+int kvq_gguf_ggml_type_geometry(uint32_t type, uint32_t *block, uint32_t *bytes) {
     if (type >= sizeof GEOM / sizeof GEOM[0] || !GEOM[type].name) return 0;
     if (block) *block = GEOM[type].block;
     if (bytes) *bytes = GEOM[type].bytes;
     return 1;
 }
 
-const char *gguf_ggml_type_name(uint32_t type) {
+const char *kvq_ggml_type_name(uint32_t type) {
     if (type >= sizeof GEOM / sizeof GEOM[0] || !GEOM[type].name) return "?";
     return GEOM[type].name;
 }
 
-size_t gguf_type_size(gguf_type t) {
+size_t kvq_gguf_type_size(kvq_gguf_type t) {
     switch (t) {
     case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
     case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
@@ -84,7 +84,7 @@ size_t gguf_type_size(gguf_type t) {
     }
 }
 
-const char *gguf_type_name(gguf_type t) {
+const char *kvq_gguf_type_name(kvq_gguf_type t) {
     static const char *const names[GGUF_TYPE_COUNT] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
                                                         "bool", "str", "arr", "u64", "i64", "f64"};
     return (unsigned)t < GGUF_TYPE_COUNT ? names[t] : "?";
@@ -118,7 +118,7 @@ static int rd_u32(cursor *c, uint32_t *v) {
     return rc;
 }
 
-static int rd_str(cursor *c, gguf_str *s) {
+static int rd_str(cursor *c, kvq_gguf_str *s) {
     uint64_t len;
     int rc = rd(c, 8, &len);
     if (rc) return rc;
@@ -132,9 +132,9 @@ static int rd_str(cursor *c, gguf_str *s) {
 static int valid_type(uint32_t t) { return t < GGUF_TYPE_COUNT; }
 
 /* Scalar value of type t (not STRING/ARRAY) into kv->v. */
-static int rd_scalar(cursor *c, gguf_type t, gguf_kv *kv) {
+static int rd_scalar(cursor *c, kvq_gguf_type t, kvq_gguf_kv *kv) {
     uint64_t x;
-    int n = (int)gguf_type_size(t);
+    int n = (int)kvq_gguf_type_size(t);
     int rc = rd(c, n, &x);
     if (rc) return rc;
     switch (t) {
@@ -167,7 +167,7 @@ static int rd_scalar(cursor *c, gguf_type t, gguf_kv *kv) {
  */
 static int skip_array(cursor *c, uint32_t type, uint64_t n, int depth) {
     if (!valid_type(type)) return KVQ_ERR_FORMAT;
-    size_t es = gguf_type_size((gguf_type)type);
+    size_t es = kvq_gguf_type_size((kvq_gguf_type)type);
     if (es) {
         if (n > (c->size - c->pos) / es) return KVQ_ERR_TRUNCATED;
         if (type == GGUF_TYPE_BOOL)
@@ -179,7 +179,7 @@ static int skip_array(cursor *c, uint32_t type, uint64_t n, int depth) {
     if (type == GGUF_TYPE_STRING) {
         if (n > (c->size - c->pos) / 8) return KVQ_ERR_TRUNCATED;
         for (uint64_t i = 0; i < n; i++) {
-            gguf_str s;
+            kvq_gguf_str s;
             int rc = rd_str(c, &s);
             if (rc) return rc;
         }
@@ -199,14 +199,14 @@ static int skip_array(cursor *c, uint32_t type, uint64_t n, int depth) {
     return KVQ_OK;
 }
 
-static int str_cmp(gguf_str a, gguf_str b) {
+static int str_cmp(kvq_gguf_str a, kvq_gguf_str b) {
     uint64_t n = a.len < b.len ? a.len : b.len;
     int r = n ? memcmp(a.ptr, b.ptr, (size_t)n) : 0;
     if (r) return r;
     return a.len < b.len ? -1 : a.len > b.len;
 }
 
-int gguf_str_eq(gguf_str s, const char *c) {
+int kvq_gguf_str_eq(kvq_gguf_str s, const char *c) {
     size_t n = strlen(c);
     return s.len == n && (n == 0 || memcmp(s.ptr, c, n) == 0);
 }
@@ -215,11 +215,11 @@ int gguf_str_eq(gguf_str s, const char *c) {
 /* Sorted indices for lookup and duplicate detection                        */
 /* ------------------------------------------------------------------------ */
 /* Heap sort of indices by a string key: no comparator context needed, O(n log n). */
-typedef gguf_str (*key_of_fn)(const gguf_file *g, uint32_t i);
-static gguf_str kv_key(const gguf_file *g, uint32_t i) { return g->kv[i].key; }
-static gguf_str tensor_key(const gguf_file *g, uint32_t i) { return g->tensors[i].name; }
+typedef kvq_gguf_str (*key_of_fn)(const kvq_gguf_file *g, uint32_t i);
+static kvq_gguf_str kv_key(const kvq_gguf_file *g, uint32_t i) { return g->kv[i].key; }
+static kvq_gguf_str tensor_key(const kvq_gguf_file *g, uint32_t i) { return g->tensors[i].name; }
 
-static void sift(const gguf_file *g, key_of_fn key, uint32_t *a, size_t start, size_t end) {
+static void sift(const kvq_gguf_file *g, key_of_fn key, uint32_t *a, size_t start, size_t end) {
     size_t root = start;
     while (2 * root + 1 < end) {
         size_t child = 2 * root + 1;
@@ -230,7 +230,7 @@ static void sift(const gguf_file *g, key_of_fn key, uint32_t *a, size_t start, s
     }
 }
 
-static void sort_idx(const gguf_file *g, key_of_fn key, uint32_t *a, size_t n) {
+static void sort_idx(const kvq_gguf_file *g, key_of_fn key, uint32_t *a, size_t n) {
     for (size_t i = 0; i < n; i++) a[i] = (uint32_t)i;
     if (n < 2) return;
     for (size_t s = n / 2; s-- > 0;) sift(g, key, a, s, n);
@@ -240,14 +240,14 @@ static void sort_idx(const gguf_file *g, key_of_fn key, uint32_t *a, size_t n) {
     }
 }
 
-static int has_dup(const gguf_file *g, key_of_fn key, const uint32_t *a, size_t n) {
+static int has_dup(const kvq_gguf_file *g, key_of_fn key, const uint32_t *a, size_t n) {
     for (size_t i = 1; i < n; i++)
         if (str_cmp(key(g, a[i - 1]), key(g, a[i])) == 0) return 1;
     return 0;
 }
 
-static long find_sorted(const gguf_file *g, key_of_fn key, const uint32_t *a, size_t n, const char *name) {
-    gguf_str s = {name, strlen(name)};
+static long find_sorted(const kvq_gguf_file *g, key_of_fn key, const uint32_t *a, size_t n, const char *name) {
+    kvq_gguf_str s = {name, strlen(name)};
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -262,7 +262,7 @@ static long find_sorted(const gguf_file *g, key_of_fn key, const uint32_t *a, si
 /* ------------------------------------------------------------------------ */
 /* Parse                                                                    */
 /* ------------------------------------------------------------------------ */
-static int parse(gguf_file *g) {
+static int parse(kvq_gguf_file *g) {
     cursor c = {g->base, g->size, 0};
     uint32_t magic;
     int rc;
@@ -280,11 +280,11 @@ static int parse(gguf_file *g) {
     g->kv_sorted = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv_sorted);
     if (!g->kv || !g->kv_sorted) return KVQ_ERR_NOMEM;
     for (uint64_t i = 0; i < g->n_kv; i++) {
-        gguf_kv *kv = &g->kv[i];
+        kvq_gguf_kv *kv = &g->kv[i];
         uint32_t t;
         if ((rc = rd_str(&c, &kv->key)) || (rc = rd_u32(&c, &t))) return rc;
         if (!valid_type(t)) return KVQ_ERR_FORMAT;
-        kv->type = (gguf_type)t;
+        kv->type = (kvq_gguf_type)t;
         if (t == GGUF_TYPE_STRING) {
             if ((rc = rd_str(&c, &kv->v.s))) return rc;
         } else if (t == GGUF_TYPE_ARRAY) {
@@ -293,7 +293,7 @@ static int parse(gguf_file *g) {
             if ((rc = rd_u32(&c, &et)) || (rc = rd(&c, 8, &n))) return rc;
             uint64_t start = c.pos;
             if ((rc = skip_array(&c, et, n, 0))) return rc;
-            kv->v.arr.type = (gguf_type)et;
+            kv->v.arr.type = (kvq_gguf_type)et;
             kv->v.arr.n = n;
             kv->v.arr.data = c.p + start;
             kv->v.arr.bytes = c.pos - start;
@@ -305,7 +305,7 @@ static int parse(gguf_file *g) {
     if (has_dup(g, kv_key, g->kv_sorted, (size_t)g->n_kv)) return KVQ_ERR_FORMAT;
 
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_kv *al = gguf_find_kv(g, "general.alignment");
+    const kvq_gguf_kv *al = kvq_gguf_find_kv(g, "general.alignment");
     if (al) {
         if (al->type != GGUF_TYPE_UINT32) return KVQ_ERR_FORMAT;
         uint64_t a = al->v.u;
@@ -318,7 +318,7 @@ static int parse(gguf_file *g) {
     g->tensor_sorted = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensor_sorted);
     if (!g->tensors || !g->tensor_sorted) return KVQ_ERR_NOMEM;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
+        kvq_gguf_tensor *t = &g->tensors[i];
         if ((rc = rd_str(&c, &t->name)) || (rc = rd_u32(&c, &t->n_dims))) return rc;
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) return KVQ_ERR_FORMAT;
         uint64_t n_elems = 1;
@@ -333,7 +333,7 @@ static int parse(gguf_file *g) {
         if ((rc = rd_u32(&c, &t->type)) || (rc = rd(&c, 8, &t->offset))) return rc;
         if (t->offset % g->alignment) return KVQ_ERR_FORMAT;
         uint32_t block, bytes;
-        if (gguf_ggml_type_geometry(t->type, &block, &bytes)) {
+        if (kvq_gguf_ggml_type_geometry(t->type, &block, &bytes)) {
             if (t->ne[0] % block) return KVQ_ERR_FORMAT;
             uint64_t nblocks = n_elems / block;
             if (nblocks > UINT64_MAX / bytes) return KVQ_ERR_FORMAT;
@@ -348,7 +348,7 @@ static int parse(gguf_file *g) {
     uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
     g->data_offset = c.pos + pad; /* c.pos <= size < 2^63: no overflow */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
+        kvq_gguf_tensor *t = &g->tensors[i];
         if (!t->size_known) continue;
         if (g->data_offset > g->size) return KVQ_ERR_TRUNCATED;
         uint64_t avail = g->size - g->data_offset;
@@ -358,7 +358,7 @@ static int parse(gguf_file *g) {
     return KVQ_OK;
 }
 
-static void release(gguf_file *g) {
+static void release(kvq_gguf_file *g) {
     if (!g) return;
     free(g->kv);
     free(g->kv_sorted);
@@ -368,9 +368,9 @@ static void release(gguf_file *g) {
     free(g);
 }
 
-int gguf_open_buffer(gguf_file **out, const void *data, size_t size) {
+int kvq_gguf_open_buffer(kvq_gguf_file **out, const void *data, size_t size) {
     if (!out || (!data && size)) return KVQ_ERR_NULL;
-    gguf_file *g = calloc(1, sizeof *g);
+    kvq_gguf_file *g = calloc(1, sizeof *g);
     if (!g) return KVQ_ERR_NOMEM;
     static const uint8_t empty[1] = {0};
     g->base = data ? data : empty;
@@ -381,7 +381,7 @@ int gguf_open_buffer(gguf_file **out, const void *data, size_t size) {
     return KVQ_OK;
 }
 
-int gguf_open(gguf_file **out, const char *path) {
+int kvq_gguf_open(kvq_gguf_file **out, const char *path) {
     if (!out || !path) return KVQ_ERR_NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return KVQ_ERR_IO;
@@ -392,7 +392,7 @@ int gguf_open(gguf_file **out, const char *path) {
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return KVQ_ERR_IO;
-    gguf_file *g = calloc(1, sizeof *g);
+    kvq_gguf_file *g = calloc(1, sizeof *g);
     if (!g) { munmap(p, (size_t)st.st_size); return KVQ_ERR_NOMEM; }
     g->base = p;
     g->size = (uint64_t)st.st_size;
@@ -403,9 +403,9 @@ int gguf_open(gguf_file **out, const char *path) {
     return KVQ_OK;
 }
 
-void gguf_close(gguf_file *g) { release(g); }
+void kvq_gguf_close(kvq_gguf_file *g) { release(g); }
 
-void gguf_prefault(const gguf_file *g) {
+void kvq_gguf_prefault(const kvq_gguf_file *g) {
     if (!g || !g->mapped) return;
 #ifdef MADV_POPULATE_READ
     if (madvise((void *)g->base, (size_t)g->size, MADV_POPULATE_READ) == 0) return;
@@ -418,39 +418,39 @@ void gguf_prefault(const gguf_file *g) {
 /* ------------------------------------------------------------------------ */
 /* Accessors                                                                */
 /* ------------------------------------------------------------------------ */
-uint32_t gguf_version(const gguf_file *g) { return g->version; }
-uint32_t gguf_alignment(const gguf_file *g) { return g->alignment; }
-uint64_t gguf_data_offset(const gguf_file *g) { return g->data_offset; }
-uint64_t gguf_file_size(const gguf_file *g) { return g->size; }
-size_t gguf_n_kv(const gguf_file *g) { return (size_t)g->n_kv; }
-size_t gguf_n_tensors(const gguf_file *g) { return (size_t)g->n_tensors; }
+uint32_t kvq_gguf_version(const kvq_gguf_file *g) { return g->version; }
+uint32_t kvq_gguf_alignment(const kvq_gguf_file *g) { return g->alignment; }
+uint64_t kvq_gguf_data_offset(const kvq_gguf_file *g) { return g->data_offset; }
+uint64_t kvq_gguf_file_size(const kvq_gguf_file *g) { return g->size; }
+size_t kvq_gguf_n_kv(const kvq_gguf_file *g) { return (size_t)g->n_kv; }
+size_t kvq_gguf_n_tensors(const kvq_gguf_file *g) { return (size_t)g->n_tensors; }
 
-const gguf_kv *gguf_kv_at(const gguf_file *g, size_t i) { return i < g->n_kv ? &g->kv[i] : NULL; }
-const gguf_tensor *gguf_tensor_at(const gguf_file *g, size_t i) {
+const kvq_gguf_kv *kvq_gguf_kv_at(const kvq_gguf_file *g, size_t i) { return i < g->n_kv ? &g->kv[i] : NULL; }
+const kvq_gguf_tensor *kvq_gguf_tensor_at(const kvq_gguf_file *g, size_t i) {
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
-const gguf_kv *gguf_find_kv(const gguf_file *g, const char *key) {
+const kvq_gguf_kv *kvq_gguf_find_kv(const kvq_gguf_file *g, const char *key) {
     if (!g || !key) return NULL;
     long i = find_sorted(g, kv_key, g->kv_sorted, (size_t)g->n_kv, key);
     return i < 0 ? NULL : &g->kv[i];
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name) {
+const kvq_gguf_tensor *kvq_gguf_find_tensor(const kvq_gguf_file *g, const char *name) {
     if (!g || !name) return NULL;
     long i = find_sorted(g, tensor_key, g->tensor_sorted, (size_t)g->n_tensors, name);
     return i < 0 ? NULL : &g->tensors[i];
 }
 
-static int is_unsigned(gguf_type t) {
+static int is_unsigned(kvq_gguf_type t) {
     return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 || t == GGUF_TYPE_UINT64;
 }
-static int is_signed(gguf_type t) {
+static int is_signed(kvq_gguf_type t) {
     return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 || t == GGUF_TYPE_INT64;
 }
 
 /* Integer value of a scalar kv as int64 (KVQ_ERR_FORMAT if not integer or > INT64_MAX). */
-static int kv_int(const gguf_kv *kv, int64_t *out) {
+static int kv_int(const kvq_gguf_kv *kv, int64_t *out) {
     if (is_unsigned(kv->type)) {
         if (kv->v.u > (uint64_t)INT64_MAX) return KVQ_ERR_FORMAT;
         *out = (int64_t)kv->v.u;
@@ -460,8 +460,8 @@ static int kv_int(const gguf_kv *kv, int64_t *out) {
     return KVQ_ERR_FORMAT;
 }
 
-int gguf_get_i64(const gguf_file *g, const char *key, int64_t *out) {
-    const gguf_kv *kv = gguf_find_kv(g, key);
+int kvq_gguf_get_i64(const kvq_gguf_file *g, const char *key, int64_t *out) {
+    const kvq_gguf_kv *kv = kvq_gguf_find_kv(g, key);
     if (!kv) return GGUF_NOT_FOUND;
     int64_t v;
     int rc = kv_int(kv, &v);
@@ -470,17 +470,17 @@ int gguf_get_i64(const gguf_file *g, const char *key, int64_t *out) {
     return KVQ_OK;
 }
 
-int gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out) {
+int kvq_gguf_get_u32(const kvq_gguf_file *g, const char *key, uint32_t *out) {
     int64_t v;
-    int rc = gguf_get_i64(g, key, &v);
+    int rc = kvq_gguf_get_i64(g, key, &v);
     if (rc) return rc;
     if (v < 0 || v > (int64_t)UINT32_MAX) return KVQ_ERR_FORMAT;
     *out = (uint32_t)v;
     return KVQ_OK;
 }
 
-int gguf_get_f32(const gguf_file *g, const char *key, float *out) {
-    const gguf_kv *kv = gguf_find_kv(g, key);
+int kvq_gguf_get_f32(const kvq_gguf_file *g, const char *key, float *out) {
+    const kvq_gguf_kv *kv = kvq_gguf_find_kv(g, key);
     if (!kv) return GGUF_NOT_FOUND;
     if (kv->type == GGUF_TYPE_FLOAT32 || kv->type == GGUF_TYPE_FLOAT64) {
         *out = (float)kv->v.f;
@@ -493,8 +493,8 @@ int gguf_get_f32(const gguf_file *g, const char *key, float *out) {
     return KVQ_OK;
 }
 
-int gguf_get_bool(const gguf_file *g, const char *key, int *out) {
-    const gguf_kv *kv = gguf_find_kv(g, key);
+int kvq_gguf_get_bool(const kvq_gguf_file *g, const char *key, int *out) {
+    const kvq_gguf_kv *kv = kvq_gguf_find_kv(g, key);
     if (!kv) return GGUF_NOT_FOUND;
     if (kv->type == GGUF_TYPE_BOOL) { *out = (int)kv->v.u; return KVQ_OK; }
     int64_t v;
@@ -504,18 +504,18 @@ int gguf_get_bool(const gguf_file *g, const char *key, int *out) {
     return KVQ_OK;
 }
 
-int gguf_get_str(const gguf_file *g, const char *key, gguf_str *out) {
-    const gguf_kv *kv = gguf_find_kv(g, key);
+int kvq_gguf_get_str(const kvq_gguf_file *g, const char *key, kvq_gguf_str *out) {
+    const kvq_gguf_kv *kv = kvq_gguf_find_kv(g, key);
     if (!kv) return GGUF_NOT_FOUND;
     if (kv->type != GGUF_TYPE_STRING) return KVQ_ERR_FORMAT;
     *out = kv->v.s;
     return KVQ_OK;
 }
 
-int gguf_get_cstr(const gguf_file *g, const char *key, char *buf, size_t cap) {
-    gguf_str s;
+int kvq_gguf_get_cstr(const kvq_gguf_file *g, const char *key, char *buf, size_t cap) {
+    kvq_gguf_str s;
     if (!buf || !cap) return KVQ_ERR_INVALID_ARG;
-    int rc = gguf_get_str(g, key, &s);
+    int rc = kvq_gguf_get_str(g, key, &s);
     if (rc) return rc;
     size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
     if (n) memcpy(buf, s.ptr, n);
@@ -523,8 +523,8 @@ int gguf_get_cstr(const gguf_file *g, const char *key, char *buf, size_t cap) {
     return KVQ_OK;
 }
 
-int gguf_get_arr(const gguf_file *g, const char *key, const gguf_kv **out) {
-    const gguf_kv *kv = gguf_find_kv(g, key);
+int kvq_gguf_get_arr(const kvq_gguf_file *g, const char *key, const kvq_gguf_kv **out) {
+    const kvq_gguf_kv *kv = kvq_gguf_find_kv(g, key);
     if (!kv) return GGUF_NOT_FOUND;
     if (kv->type != GGUF_TYPE_ARRAY) return KVQ_ERR_FORMAT;
     *out = kv;
@@ -532,9 +532,9 @@ int gguf_get_arr(const gguf_file *g, const char *key, const gguf_kv **out) {
 }
 
 /* Element i of a fixed-size numeric array as a scalar kv. */
-static int arr_elem(const gguf_kv *kv, uint64_t i, gguf_kv *e) {
+static int arr_elem(const kvq_gguf_kv *kv, uint64_t i, kvq_gguf_kv *e) {
     if (!kv || kv->type != GGUF_TYPE_ARRAY) return KVQ_ERR_FORMAT;
-    size_t es = gguf_type_size(kv->v.arr.type);
+    size_t es = kvq_gguf_type_size(kv->v.arr.type);
     if (!es) return KVQ_ERR_FORMAT;
     if (i >= kv->v.arr.n) return KVQ_ERR_INVALID_ARG;
     cursor c = {kv->v.arr.data + i * es, es, 0};
@@ -543,8 +543,8 @@ static int arr_elem(const gguf_kv *kv, uint64_t i, gguf_kv *e) {
     return rd_scalar(&c, e->type, e);
 }
 
-int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out) {
-    gguf_kv e;
+int kvq_gguf_arr_i64(const kvq_gguf_kv *kv, uint64_t i, int64_t *out) {
+    kvq_gguf_kv e;
     int rc = arr_elem(kv, i, &e);
     if (rc) return rc;
     if (e.type == GGUF_TYPE_BOOL) { *out = (int64_t)e.v.u; return KVQ_OK; }
@@ -554,8 +554,8 @@ int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out) {
     return KVQ_OK;
 }
 
-int gguf_arr_f32(const gguf_kv *kv, uint64_t i, float *out) {
-    gguf_kv e;
+int kvq_gguf_arr_f32(const kvq_gguf_kv *kv, uint64_t i, float *out) {
+    kvq_gguf_kv e;
     int rc = arr_elem(kv, i, &e);
     if (rc) return rc;
     if (e.type == GGUF_TYPE_FLOAT32 || e.type == GGUF_TYPE_FLOAT64) { *out = (float)e.v.f; return KVQ_OK; }
@@ -566,7 +566,7 @@ int gguf_arr_f32(const gguf_kv *kv, uint64_t i, float *out) {
     return KVQ_OK;
 }
 
-int gguf_arr_strings(const gguf_kv *kv, gguf_str *out, uint64_t n) {
+int kvq_gguf_arr_strings(const kvq_gguf_kv *kv, kvq_gguf_str *out, uint64_t n) {
     if (!kv || !out) return KVQ_ERR_NULL;
     if (kv->type != GGUF_TYPE_ARRAY || kv->v.arr.type != GGUF_TYPE_STRING) return KVQ_ERR_FORMAT;
     if (n != kv->v.arr.n) return KVQ_ERR_INVALID_ARG;

@@ -4,7 +4,7 @@
  * File layout (all little-endian):
  *   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
  *   n_kv x   { string key | u32 value_type | value }
- *   n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset }
+ *   n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 kvq_ggml_type | u64 offset }
  *   padding to general.alignment (default 32)
  *   tensor data; each tensor at data_offset + offset (offset % alignment == 0)
  * A string is u64 length + bytes (no NUL). An array is u32 element type +
@@ -16,8 +16,8 @@
  * KVQ_ERR_TRUNCATED or KVQ_ERR_FORMAT and never a read out of bounds. After a
  * successful open, every accessor below is safe on any key/tensor it returns.
  *
- * Strings returned (gguf_str) point into the mapping and are NOT
- * NUL-terminated; they live as long as the gguf_file.
+ * Strings returned (kvq_gguf_str) point into the mapping and are NOT
+ * NUL-terminated; they live as long as the kvq_gguf_file.
  */
 #ifndef KVQ_ENGINE_GGUF_H
 #define KVQ_ENGINE_GGUF_H
@@ -30,10 +30,10 @@
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_DIMS 4
-/* Returned (positive) by the gguf_get_* helpers when a key is absent. */
+/* Returned (positive) by the kvq_gguf_get_* helpers when a key is absent. */
 #define GGUF_NOT_FOUND 1
 
-typedef enum gguf_type {
+typedef enum kvq_gguf_type {
     GGUF_TYPE_UINT8 = 0,
     GGUF_TYPE_INT8 = 1,
     GGUF_TYPE_UINT16 = 2,
@@ -48,120 +48,120 @@ typedef enum gguf_type {
     GGUF_TYPE_INT64 = 11,
     GGUF_TYPE_FLOAT64 = 12,
     GGUF_TYPE_COUNT
-} gguf_type;
+} kvq_gguf_type;
 
-typedef struct gguf_str {
+typedef struct kvq_gguf_str {
     const char *ptr; /* into the mapping, not NUL-terminated */
     uint64_t len;
-} gguf_str;
+} kvq_gguf_str;
 
 /* One metadata key/value. Scalars are decoded; arrays point at raw data. */
-typedef struct gguf_kv {
-    gguf_str key;
-    gguf_type type;
+typedef struct kvq_gguf_kv {
+    kvq_gguf_str key;
+    kvq_gguf_type type;
     union {
         uint64_t u; /* UINT8..UINT64 and BOOL (0/1) */
         int64_t i;  /* INT8..INT64 (sign-extended) */
         double f;   /* FLOAT32/FLOAT64 */
-        gguf_str s; /* STRING */
+        kvq_gguf_str s; /* STRING */
         struct {
-            gguf_type type;     /* element type */
+            kvq_gguf_type type;     /* element type */
             uint64_t n;         /* element count */
             const uint8_t *data; /* first element (unaligned, little-endian) */
             uint64_t bytes;     /* bytes spanned by the elements */
         } arr;
     } v;
-} gguf_kv;
+} kvq_gguf_kv;
 
 /* One tensor. ne[0] is the innermost (contiguous) dimension. */
-typedef struct gguf_tensor {
-    gguf_str name;
+typedef struct kvq_gguf_tensor {
+    kvq_gguf_str name;
     uint32_t n_dims;         /* 1..GGUF_MAX_DIMS */
     uint64_t ne[GGUF_MAX_DIMS]; /* unused dims are 1 */
-    uint32_t type;           /* ggml type id (ggml_types.h) */
+    uint32_t type;           /* ggml type id (kvq_ggml_types.h) */
     uint64_t offset;         /* relative to the data section */
     uint64_t n_elems;
     uint64_t n_bytes;        /* 0 if the type's size is unknown to this reader */
     int size_known;          /* 1 if type is a ggml type whose block size is known */
     const void *data;        /* into the mapping; NULL if !size_known */
-} gguf_tensor;
+} kvq_gguf_tensor;
 
-typedef struct gguf_file gguf_file;
+typedef struct kvq_gguf_file kvq_gguf_file;
 
 /* Maps and parses a file. KVQ_ERR_IO if it cannot be opened/mapped. */
-int gguf_open(gguf_file **out, const char *path);
+int kvq_gguf_open(kvq_gguf_file **out, const char *path);
 /*
  * Parses a buffer already in memory (borrowed: it must outlive the
- * gguf_file and is never written). Same validation as gguf_open.
+ * kvq_gguf_file and is never written). Same validation as kvq_gguf_open.
  */
-int gguf_open_buffer(gguf_file **out, const void *data, size_t size);
+int kvq_gguf_open_buffer(kvq_gguf_file **out, const void *data, size_t size);
 /* Unmaps and frees (NULL allowed). */
-void gguf_close(gguf_file *g);
+void kvq_gguf_close(kvq_gguf_file *g);
 /*
  * Maps every page of a mapped file now (MADV_POPULATE_READ, else one read
  * per page), so that the first forward pass does not pay the page faults.
  * A hint: errors are ignored.
  */
-void gguf_prefault(const gguf_file *g);
+void kvq_gguf_prefault(const kvq_gguf_file *g);
 
-uint32_t gguf_version(const gguf_file *g);
-uint32_t gguf_alignment(const gguf_file *g);
+uint32_t kvq_gguf_version(const kvq_gguf_file *g);
+uint32_t kvq_gguf_alignment(const kvq_gguf_file *g);
 /* Offset of the tensor data section from the start of the file. */
-uint64_t gguf_data_offset(const gguf_file *g);
-uint64_t gguf_file_size(const gguf_file *g);
+uint64_t kvq_gguf_data_offset(const kvq_gguf_file *g);
+uint64_t kvq_gguf_file_size(const kvq_gguf_file *g);
 
-size_t gguf_n_kv(const gguf_file *g);
-const gguf_kv *gguf_kv_at(const gguf_file *g, size_t i);
+size_t kvq_gguf_n_kv(const kvq_gguf_file *g);
+const kvq_gguf_kv *kvq_gguf_kv_at(const kvq_gguf_file *g, size_t i);
 /* Key lookup (exact, case-sensitive); NULL if absent. O(log n). */
-const gguf_kv *gguf_find_kv(const gguf_file *g, const char *key);
+const kvq_gguf_kv *kvq_gguf_find_kv(const kvq_gguf_file *g, const char *key);
 
-size_t gguf_n_tensors(const gguf_file *g);
-const gguf_tensor *gguf_tensor_at(const gguf_file *g, size_t i);
+size_t kvq_gguf_n_tensors(const kvq_gguf_file *g);
+const kvq_gguf_tensor *kvq_gguf_tensor_at(const kvq_gguf_file *g, size_t i);
 /* Tensor lookup by name; NULL if absent. O(log n). */
-const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name);
+const kvq_gguf_tensor *kvq_gguf_find_tensor(const kvq_gguf_file *g, const char *name);
 
 /*
  * Typed getters. Return KVQ_OK, GGUF_NOT_FOUND (key absent, *out untouched)
  * or KVQ_ERR_FORMAT (present with an incompatible type or a value that does
  * not fit). Integer getters accept any integer type whose value fits;
- * gguf_get_f32 accepts FLOAT32/FLOAT64 and integers.
+ * kvq_gguf_get_f32 accepts FLOAT32/FLOAT64 and integers.
  */
-int gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out);
-int gguf_get_i64(const gguf_file *g, const char *key, int64_t *out);
-int gguf_get_f32(const gguf_file *g, const char *key, float *out);
-int gguf_get_bool(const gguf_file *g, const char *key, int *out);
-int gguf_get_str(const gguf_file *g, const char *key, gguf_str *out);
+int kvq_gguf_get_u32(const kvq_gguf_file *g, const char *key, uint32_t *out);
+int kvq_gguf_get_i64(const kvq_gguf_file *g, const char *key, int64_t *out);
+int kvq_gguf_get_f32(const kvq_gguf_file *g, const char *key, float *out);
+int kvq_gguf_get_bool(const kvq_gguf_file *g, const char *key, int *out);
+int kvq_gguf_get_str(const kvq_gguf_file *g, const char *key, kvq_gguf_str *out);
 /* Array of any element type: *out is the kv (type ARRAY). */
-int gguf_get_arr(const gguf_file *g, const char *key, const gguf_kv **out);
+int kvq_gguf_get_arr(const kvq_gguf_file *g, const char *key, const kvq_gguf_kv **out);
 
-/* Same as gguf_get_str, copied into buf (NUL-terminated, truncated to cap-1). */
-int gguf_get_cstr(const gguf_file *g, const char *key, char *buf, size_t cap);
+/* Same as kvq_gguf_get_str, copied into buf (NUL-terminated, truncated to cap-1). */
+int kvq_gguf_get_cstr(const kvq_gguf_file *g, const char *key, char *buf, size_t cap);
 
 /* 1 if s equals the C string c. */
-int gguf_str_eq(gguf_str s, const char *c);
+int kvq_gguf_str_eq(kvq_gguf_str s, const char *c);
 
 /* Size in bytes of one scalar of type t (0 for STRING/ARRAY/unknown). */
-size_t gguf_type_size(gguf_type t);
+size_t kvq_gguf_type_size(kvq_gguf_type t);
 /* Name of a value type ("u32", "str", ...). */
-const char *gguf_type_name(gguf_type t);
+const char *kvq_gguf_type_name(kvq_gguf_type t);
 
 /*
  * Array element access. Numeric: element i converted to the requested type
  * (KVQ_ERR_FORMAT if the element type is not numeric/bool or does not fit,
  * KVQ_ERR_INVALID_ARG if i is out of range).
  */
-int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
-int gguf_arr_f32(const gguf_kv *kv, uint64_t i, float *out);
+int kvq_gguf_arr_i64(const kvq_gguf_kv *kv, uint64_t i, int64_t *out);
+int kvq_gguf_arr_f32(const kvq_gguf_kv *kv, uint64_t i, float *out);
 /*
  * Strings of an array of strings, in order, written to out[0..n) (n must be
  * the array's count). O(total bytes). KVQ_ERR_FORMAT if not a string array.
  */
-int gguf_arr_strings(const gguf_kv *kv, gguf_str *out, uint64_t n);
+int kvq_gguf_arr_strings(const kvq_gguf_kv *kv, kvq_gguf_str *out, uint64_t n);
 
 /* Known ggml type ids' block geometry (used for bounds checks). Returns 0 if
  * unknown, else sets *block (elements per block) and *bytes (bytes per block). */
-int gguf_ggml_type_geometry(uint32_t type, uint32_t *block, uint32_t *bytes);
+int kvq_gguf_ggml_type_geometry(uint32_t type, uint32_t *block, uint32_t *bytes);
 /* Name of a ggml type ("q4_K"), "?" if unknown. */
-const char *gguf_ggml_type_name(uint32_t type);
+const char *kvq_ggml_type_name(uint32_t type);
 
 #endif

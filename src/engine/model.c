@@ -3,6 +3,7 @@
  * mapping, every tensor checked (presence, shape, type) before use.
  */
 #include "model.h"
+#include "tok_gguf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -29,11 +30,11 @@ static const char *akey(char *buf, size_t cap, const kvq_model_config *c, const 
 }
 
 /* Reads a positive int hyperparameter; absent -> def (def < 0: required). */
-static int get_int(const gguf_file *g, const kvq_model_config *c, const char *suffix, int def, int *out, char *err,
+static int get_int(const kvq_gguf_file *g, const kvq_model_config *c, const char *suffix, int def, int *out, char *err,
                    size_t cap) {
     char k[128];
     uint32_t v;
-    int rc = gguf_get_u32(g, akey(k, sizeof k, c, suffix), &v);
+    int rc = kvq_gguf_get_u32(g, akey(k, sizeof k, c, suffix), &v);
     if (rc == GGUF_NOT_FOUND) {
         if (def < 0) return fail(err, cap, KVQ_ERR_FORMAT, "missing metadata %s", k);
         *out = def;
@@ -45,18 +46,18 @@ static int get_int(const gguf_file *g, const kvq_model_config *c, const char *su
     return KVQ_OK;
 }
 
-static int get_float(const gguf_file *g, const kvq_model_config *c, const char *suffix, float def, float *out,
+static int get_float(const kvq_gguf_file *g, const kvq_model_config *c, const char *suffix, float def, float *out,
                      char *err, size_t cap) {
     char k[128];
-    int rc = gguf_get_f32(g, akey(k, sizeof k, c, suffix), out);
+    int rc = kvq_gguf_get_f32(g, akey(k, sizeof k, c, suffix), out);
     if (rc == GGUF_NOT_FOUND) { *out = def; return KVQ_OK; }
     if (rc) return fail(err, cap, rc, "metadata %s: not a number", k);
     if (!isfinite(*out)) return fail(err, cap, KVQ_ERR_FORMAT, "metadata %s is not finite", k);
     return KVQ_OK;
 }
 
-static int read_config(const gguf_file *g, kvq_model_config *c, char *err, size_t cap) {
-    int rc = gguf_get_cstr(g, "general.architecture", c->arch_name, sizeof c->arch_name);
+static int read_config(const kvq_gguf_file *g, kvq_model_config *c, char *err, size_t cap) {
+    int rc = kvq_gguf_get_cstr(g, "general.architecture", c->arch_name, sizeof c->arch_name);
     if (rc == GGUF_NOT_FOUND) return fail(err, cap, KVQ_ERR_FORMAT, "missing general.architecture");
     if (rc) return fail(err, cap, rc, "general.architecture is not a string");
     if (!strcmp(c->arch_name, "llama")) c->arch = KVQ_ARCH_LLAMA;
@@ -64,7 +65,7 @@ static int read_config(const gguf_file *g, kvq_model_config *c, char *err, size_
     else if (!strcmp(c->arch_name, "gemma3")) c->arch = KVQ_ARCH_GEMMA3;
     else return fail(err, cap, KVQ_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, gemma3)", c->arch_name);
     c->name[0] = 0;
-    (void)gguf_get_cstr(g, "general.name", c->name, sizeof c->name);
+    (void)kvq_gguf_get_cstr(g, "general.name", c->name, sizeof c->name);
 
     if ((rc = get_int(g, c, "block_count", -1, &c->n_layers, err, cap))) return rc;
     if ((rc = get_int(g, c, "embedding_length", -1, &c->n_embd, err, cap))) return rc;
@@ -95,7 +96,7 @@ static int read_config(const gguf_file *g, kvq_model_config *c, char *err, size_
     if ((rc = get_float(g, c, "rope.scaling.factor", 0.0f, &factor, err, cap))) return rc;
     char st[32] = "";
     char k[128];
-    (void)gguf_get_cstr(g, akey(k, sizeof k, c, "rope.scaling.type"), st, sizeof st);
+    (void)kvq_gguf_get_cstr(g, akey(k, sizeof k, c, "rope.scaling.type"), st, sizeof st);
     if (st[0] && strcmp(st, "linear") && strcmp(st, "none"))
         return fail(err, cap, KVQ_ERR_UNSUPPORTED, "rope scaling '%s' is not supported", st);
     c->rope_freq_scale = (factor > 0.0f && strcmp(st, "none")) ? 1.0f / factor : 1.0f;
@@ -127,7 +128,7 @@ static int read_config(const gguf_file *g, kvq_model_config *c, char *err, size_
         if ((rc = get_int(g, c, "attention.sliding_window", -1, &c->n_swa, err, cap))) return rc;
         if (c->n_swa < 1) return fail(err, cap, KVQ_ERR_FORMAT, "sliding window %d", c->n_swa);
         /* pattern: llama.cpp's set_swa_pattern(6) unless the file says otherwise */
-        const gguf_kv *pat = gguf_find_kv(g, akey(k, sizeof k, c, "attention.sliding_window_pattern"));
+        const kvq_gguf_kv *pat = kvq_gguf_find_kv(g, akey(k, sizeof k, c, "attention.sliding_window_pattern"));
         for (int l = 0; l < c->n_layers; l++) c->sliding_window[l] = (l % 6 < 5) ? c->n_swa : 0;
         if (pat && pat->type == GGUF_TYPE_ARRAY) {
             if (pat->v.arr.n != (uint64_t)c->n_layers)
@@ -135,13 +136,13 @@ static int read_config(const gguf_file *g, kvq_model_config *c, char *err, size_
                             (unsigned long long)pat->v.arr.n, c->n_layers);
             for (int l = 0; l < c->n_layers; l++) {
                 int64_t v;
-                if ((rc = gguf_arr_i64(pat, (uint64_t)l, &v)))
+                if ((rc = kvq_gguf_arr_i64(pat, (uint64_t)l, &v)))
                     return fail(err, cap, rc, "sliding_window_pattern entry %d", l);
                 c->sliding_window[l] = v ? c->n_swa : 0;
             }
         } else if (pat) {
             uint32_t p;
-            if ((rc = gguf_get_u32(g, k, &p)) || p < 1) return fail(err, cap, KVQ_ERR_FORMAT, "bad %s", k);
+            if ((rc = kvq_gguf_get_u32(g, k, &p)) || p < 1) return fail(err, cap, KVQ_ERR_FORMAT, "bad %s", k);
             for (int l = 0; l < c->n_layers; l++) c->sliding_window[l] = (l % (int)p < (int)p - 1) ? c->n_swa : 0;
         }
         break;
@@ -158,11 +159,11 @@ typedef struct {
     float *owned_next;
 } loader;
 
-static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols, ggml_matrix *out,
+static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols, kvq_ggml_matrix *out,
                       int required) {
     char name[128];
     snprintf(name, sizeof name, fmt, layer);
-    const gguf_tensor *t = gguf_find_tensor(L->m->gguf, name);
+    const kvq_gguf_tensor *t = kvq_gguf_find_tensor(L->m->gguf, name);
     if (!t) {
         if (!required) return GGUF_NOT_FOUND;
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "missing tensor %s", name);
@@ -170,16 +171,16 @@ static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64
     if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols, (long long)rows);
-    if (!ggml_type_supported((ggml_type)t->type) || !t->size_known)
+    if (!kvq_ggml_type_supported((kvq_ggml_type)t->type) || !t->size_known)
         return fail(L->err, L->cap, KVQ_ERR_UNSUPPORTED, "tensor %s has unsupported type %s (%u)", name,
-                    gguf_ggml_type_name(t->type), t->type);
-    if (ggml_type_uses_q8a((ggml_type)t->type) && cols % 32)
+                    kvq_ggml_type_name(t->type), t->type);
+    if (kvq_ggml_type_uses_q8a((kvq_ggml_type)t->type) && cols % 32)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: row length %lld", name, (long long)cols);
     out->data = t->data;
-    out->type = (ggml_type)t->type;
+    out->type = (kvq_ggml_type)t->type;
     out->rows = rows;
     out->cols = cols;
-    out->row_bytes = ggml_row_bytes(out->type, cols);
+    out->row_bytes = kvq_ggml_row_bytes(out->type, cols);
     L->m->n_weight_bytes += t->n_bytes;
     L->m->type_count[t->type]++;
     return KVQ_OK;
@@ -189,7 +190,7 @@ static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64
 static int get_vector(loader *L, const char *fmt, int layer, int64_t n, const float **out, int required) {
     char name[128];
     snprintf(name, sizeof name, fmt, layer);
-    const gguf_tensor *t = gguf_find_tensor(L->m->gguf, name);
+    const kvq_gguf_tensor *t = kvq_gguf_find_tensor(L->m->gguf, name);
     *out = NULL;
     if (!t) {
         if (!required) return GGUF_NOT_FOUND;
@@ -198,10 +199,10 @@ static int get_vector(loader *L, const char *fmt, int layer, int64_t n, const fl
     if (t->n_elems != (uint64_t)n || t->ne[0] != (uint64_t)n)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s has %llu values, expected %lld", name,
                     (unsigned long long)t->n_elems, (long long)n);
-    if (!ggml_type_supported((ggml_type)t->type) || !t->size_known)
+    if (!kvq_ggml_type_supported((kvq_ggml_type)t->type) || !t->size_known)
         return fail(L->err, L->cap, KVQ_ERR_UNSUPPORTED, "tensor %s has unsupported type %s", name,
-                    gguf_ggml_type_name(t->type));
-    int rc = ggml_dequant_row((ggml_type)t->type, t->data, L->owned_next, n);
+                    kvq_ggml_type_name(t->type));
+    int rc = kvq_ggml_dequant_row((kvq_ggml_type)t->type, t->data, L->owned_next, n);
     if (rc) return fail(L->err, L->cap, rc, "tensor %s cannot be read", name);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(L->owned_next[i])) return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s is not finite", name);
@@ -214,11 +215,11 @@ static int get_vector(loader *L, const char *fmt, int layer, int64_t n, const fl
 
 static int load_tensors(kvq_model *m, char *err, size_t cap) {
     const kvq_model_config *c = &m->cfg;
-    const gguf_file *g = m->gguf;
+    const kvq_gguf_file *g = m->gguf;
     int64_t E = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim;
 
     /* vocabulary size: token_embd's rows (checked against vocab_size when present) */
-    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    const kvq_gguf_tensor *te = kvq_gguf_find_tensor(g, "token_embd.weight");
     if (!te || te->n_dims != 2) return fail(err, cap, KVQ_ERR_FORMAT, "missing or misshaped token_embd.weight");
     if (te->ne[1] < 1 || te->ne[1] > (1u << 30)) return fail(err, cap, KVQ_ERR_FORMAT, "token_embd.weight rows");
     if (c->n_vocab && (uint64_t)c->n_vocab != te->ne[1])
@@ -270,13 +271,17 @@ static int load_tensors(kvq_model *m, char *err, size_t cap) {
     return KVQ_OK;
 }
 
-int kvq_model_from_gguf(kvq_model **out, gguf_file *g, char *err, size_t err_cap) {
+int kvq_model_from_gguf(kvq_model **out, kvq_gguf_file *g, char *err, size_t err_cap) {
     if (!out || !g) return KVQ_ERR_NULL;
     kvq_model *m = calloc(1, sizeof *m);
     if (!m) return KVQ_ERR_NOMEM;
     m->gguf = g;
     int rc = read_config(g, &m->cfg, err, err_cap);
     if (!rc) rc = load_tensors(m, err, err_cap);
+    if (!rc && kvq_gguf_find_kv(g, "tokenizer.ggml.model")) {
+        rc = kvq_tok_create_from_gguf(&m->tok, g);
+        if (rc) fail(err, err_cap, rc, "tokenizer: %s", kvq_strerror(rc));
+    }
     if (rc) {
         m->gguf = NULL; /* not taken on failure */
         kvq_model_free(m);
@@ -288,19 +293,20 @@ int kvq_model_from_gguf(kvq_model **out, gguf_file *g, char *err, size_t err_cap
 
 int kvq_model_load(kvq_model **out, const char *path, char *err, size_t err_cap) {
     if (!out || !path) return KVQ_ERR_NULL;
-    gguf_file *g = NULL;
-    int rc = gguf_open(&g, path);
+    kvq_gguf_file *g = NULL;
+    int rc = kvq_gguf_open(&g, path);
     if (rc) return fail(err, err_cap, rc, "%s: %s", path, kvq_strerror(rc));
     rc = kvq_model_from_gguf(out, g, err, err_cap);
-    if (rc) gguf_close(g);
-    else gguf_prefault(g);
+    if (rc) kvq_gguf_close(g);
+    else kvq_gguf_prefault(g);
     return rc;
 }
 
 void kvq_model_free(kvq_model *m) {
     if (!m) return;
+    kvq_tok_free(m->tok);
     free(m->layers);
     free(m->owned);
-    gguf_close(m->gguf);
+    kvq_gguf_close(m->gguf);
     free(m);
 }

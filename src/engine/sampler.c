@@ -77,7 +77,7 @@ int kvq_sampler_init(kvq_sampler *s, const kvq_sampler_params *p, size_t n_vocab
     return KVQ_OK;
 }
 
-void kvq_sampler_free(kvq_sampler *s) {
+void kvq_sampler_release(kvq_sampler *s) {
     if (!s) return;
     free(s->cand);
     free(s->recent);

@@ -28,33 +28,21 @@
 #include <stdint.h>
 
 #include "kvq.h"
-
-typedef struct kvq_sampler_params {
-    float temperature;    /* <= 0: greedy */
-    int top_k;            /* <= 0: off */
-    float top_p;          /* >= 1: off */
-    float min_p;          /* <= 0: off */
-    float repeat_penalty; /* 1: off (must be > 0) */
-    int repeat_last_n;    /* window of the penalty (0: off) */
-    uint64_t seed;
-} kvq_sampler_params;
-
-/* Greedy, everything off, seed 0. */
-kvq_sampler_params kvq_sampler_default_params(void);
+#include "kvq_engine.h"
 
 typedef struct kvq_sampler_cand {
     float logit;
     int32_t id;
 } kvq_sampler_cand;
 
-typedef struct kvq_sampler {
+struct kvq_sampler {
     kvq_sampler_params p;
     size_t n_vocab;
     uint64_t rng[4];          /* xoshiro256** state */
     int32_t *recent;          /* (repeat_last_n) ring of accepted tokens */
     size_t n_recent, pos_recent;
     kvq_sampler_cand *cand;   /* (n_vocab) scratch */
-} kvq_sampler;
+};
 
 /*
  * Prepares *s for vocabularies of n_vocab tokens. Errors: KVQ_ERR_NULL,
@@ -62,17 +50,9 @@ typedef struct kvq_sampler {
  * repeat_penalty <= 0, negative repeat_last_n), KVQ_ERR_NOMEM.
  */
 int kvq_sampler_init(kvq_sampler *s, const kvq_sampler_params *p, size_t n_vocab);
-/* Frees the buffers (s itself is the caller's); accepts NULL and repeated calls. */
-void kvq_sampler_free(kvq_sampler *s);
-/* Forgets the accepted tokens and restarts the RNG from seed. */
-void kvq_sampler_reset(kvq_sampler *s, uint64_t seed);
-/* Records a token (prompt or generated) for the repetition penalty. */
-int kvq_sampler_accept(kvq_sampler *s, int32_t token);
-/*
- * Picks the next token from logits[0..n_vocab) (not modified). Does not call
- * kvq_sampler_accept. Errors: KVQ_ERR_NULL; KVQ_ERR_NONFINITE when every
- * logit is -inf or one is NaN.
- */
-int kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t *out);
+/* Frees the buffers (s itself is the caller's); accepts NULL and repeated calls.
+ * (kvq_sampler_create / kvq_sampler_free of kvq_engine.h wrap init / release.) */
+void kvq_sampler_release(kvq_sampler *s);
+/* kvq_sampler_reset, kvq_sampler_accept, kvq_sampler_sample: include/kvq_engine.h. */
 
 #endif

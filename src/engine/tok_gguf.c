@@ -5,8 +5,8 @@
 #include <string.h>
 
 /* NUL-terminated copy of a string key into buf; "" if absent. */
-static int get_name(const gguf_file *g, const char *key, char *buf, size_t cap, int required) {
-    int rc = gguf_get_cstr(g, key, buf, cap);
+static int get_name(const kvq_gguf_file *g, const char *key, char *buf, size_t cap, int required) {
+    int rc = kvq_gguf_get_cstr(g, key, buf, cap);
     if (rc == GGUF_NOT_FOUND) {
         buf[0] = 0;
         return required ? KVQ_ERR_FORMAT : KVQ_OK;
@@ -14,9 +14,9 @@ static int get_name(const gguf_file *g, const char *key, char *buf, size_t cap, 
     return rc;
 }
 
-static int get_id(const gguf_file *g, const char *key, int32_t *out) {
+static int get_id(const kvq_gguf_file *g, const char *key, int32_t *out) {
     uint32_t v;
-    int rc = gguf_get_u32(g, key, &v);
+    int rc = kvq_gguf_get_u32(g, key, &v);
     if (rc == GGUF_NOT_FOUND) { *out = -1; return KVQ_OK; }
     if (rc) return rc;
     if (v > INT32_MAX) return KVQ_ERR_FORMAT;
@@ -24,26 +24,26 @@ static int get_id(const gguf_file *g, const char *key, int32_t *out) {
     return KVQ_OK;
 }
 
-static int get_flag(const gguf_file *g, const char *key, int *out) {
-    int rc = gguf_get_bool(g, key, out);
+static int get_flag(const kvq_gguf_file *g, const char *key, int *out) {
+    int rc = kvq_gguf_get_bool(g, key, out);
     if (rc == GGUF_NOT_FOUND) { *out = -1; return KVQ_OK; }
     return rc;
 }
 
 /* Strings of an array key as (pointer, length) arrays; n = 0 if absent. */
-static int get_strings(const gguf_file *g, const char *key, const char ***ptrs, size_t **lens, size_t *n) {
-    const gguf_kv *kv;
+static int get_strings(const kvq_gguf_file *g, const char *key, const char ***ptrs, size_t **lens, size_t *n) {
+    const kvq_gguf_kv *kv;
     *n = 0;
-    int rc = gguf_get_arr(g, key, &kv);
+    int rc = kvq_gguf_get_arr(g, key, &kv);
     if (rc == GGUF_NOT_FOUND) return KVQ_OK;
     if (rc) return rc;
     if (kv->v.arr.type != GGUF_TYPE_STRING || kv->v.arr.n > (1u << 30)) return KVQ_ERR_FORMAT;
     size_t cnt = (size_t)kv->v.arr.n;
-    gguf_str *s = malloc(sizeof *s * (cnt ? cnt : 1));
+    kvq_gguf_str *s = malloc(sizeof *s * (cnt ? cnt : 1));
     *ptrs = malloc(sizeof **ptrs * (cnt ? cnt : 1));
     *lens = malloc(sizeof **lens * (cnt ? cnt : 1));
     if (!s || !*ptrs || !*lens) { free(s); return KVQ_ERR_NOMEM; }
-    rc = gguf_arr_strings(kv, s, cnt);
+    rc = kvq_gguf_arr_strings(kv, s, cnt);
     if (!rc)
         for (size_t i = 0; i < cnt; i++) {
             (*ptrs)[i] = s[i].ptr;
@@ -54,7 +54,7 @@ static int get_strings(const gguf_file *g, const char *key, const char ***ptrs, 
     return rc;
 }
 
-int kvq_tok_create_from_gguf(kvq_tokenizer **out, const struct gguf_file *g) {
+int kvq_tok_create_from_gguf(kvq_tokenizer **out, const struct kvq_gguf_file *g) {
     if (!out || !g) return KVQ_ERR_NULL;
     kvq_tok_vocab v;
     kvq_tok_vocab_init(&v);
@@ -68,20 +68,20 @@ int kvq_tok_create_from_gguf(kvq_tokenizer **out, const struct gguf_file *g) {
     if (!rc) rc = get_strings(g, "tokenizer.ggml.tokens", &tokens, &token_lens, &n_tokens);
     if (!rc && n_tokens == 0) rc = KVQ_ERR_FORMAT;
     if (!rc) rc = get_strings(g, "tokenizer.ggml.merges", &merges, &merge_lens, &n_merges);
-    const gguf_kv *a;
-    if (!rc && (rc = gguf_get_arr(g, "tokenizer.ggml.scores", &a)) == KVQ_OK) {
+    const kvq_gguf_kv *a;
+    if (!rc && (rc = kvq_gguf_get_arr(g, "tokenizer.ggml.scores", &a)) == KVQ_OK) {
         if (a->v.arr.n != n_tokens) rc = KVQ_ERR_FORMAT;
         else if (!(scores = malloc(sizeof *scores * n_tokens))) rc = KVQ_ERR_NOMEM;
-        for (size_t i = 0; !rc && i < n_tokens; i++) rc = gguf_arr_f32(a, i, &scores[i]);
+        for (size_t i = 0; !rc && i < n_tokens; i++) rc = kvq_gguf_arr_f32(a, i, &scores[i]);
     } else if (rc == GGUF_NOT_FOUND) {
         rc = KVQ_OK;
     }
-    if (!rc && (rc = gguf_get_arr(g, "tokenizer.ggml.token_type", &a)) == KVQ_OK) {
+    if (!rc && (rc = kvq_gguf_get_arr(g, "tokenizer.ggml.token_type", &a)) == KVQ_OK) {
         if (a->v.arr.n != n_tokens) rc = KVQ_ERR_FORMAT;
         else if (!(types = malloc(sizeof *types * n_tokens))) rc = KVQ_ERR_NOMEM;
         for (size_t i = 0; !rc && i < n_tokens; i++) {
             int64_t t;
-            rc = gguf_arr_i64(a, i, &t);
+            rc = kvq_gguf_arr_i64(a, i, &t);
             if (!rc && (t < INT32_MIN || t > INT32_MAX)) rc = KVQ_ERR_FORMAT;
             if (!rc) types[i] = (int32_t)t;
         }

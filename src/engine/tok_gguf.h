@@ -11,6 +11,6 @@
  * wrong type, arrays of mismatched lengths), kvq_tok_create's errors,
  * KVQ_ERR_NOMEM.
  */
-int kvq_tok_create_from_gguf(kvq_tokenizer **out, const struct gguf_file *g);
+int kvq_tok_create_from_gguf(kvq_tokenizer **out, const struct kvq_gguf_file *g);
 
 #endif

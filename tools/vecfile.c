@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvq.h"
+#include "vecfile.h"
 
 #define HDR 64
 
