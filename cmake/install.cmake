@@ -27,7 +27,9 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/kvqConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/kvqConfig.cmake ${PROJECT_BINARY_DIR}/kvqConfigVersion.cmake
   DESTINATION ${KVQ_CMAKE_DIR})
 
-# pkg-config: paths relative to the prefix the files are installed under
+# pkg-config: paths relative to the .pc file (${pcfiledir}), so a prefix given to
+# cmake --install (or a moved install tree) works; assumes libdir is one level
+# below the prefix (lib, lib64)
 foreach(pc kvq kvq-engine)
   if(pc STREQUAL "kvq-engine" AND NOT KVQ_BUILD_ENGINE)
     continue()

@@ -58,6 +58,7 @@ static int parse_int(const char *s, size_t n, long lo, long hi, long *out) {
 
 /* "0;-1;5" */
 static int parse_layers(kvq_policy *p, const char *s, size_t n) {
+    if (n == 0) return -1;
     p->n_f16_layers = 0;
     size_t i = 0;
     while (i < n) {
