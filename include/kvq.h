@@ -178,8 +178,8 @@ KVQ_API size_t kvq_plan_query_floats(const kvq_plan *plan);
 /* Kernel ISA the plan dispatches to. */
 KVQ_API kvq_isa kvq_plan_isa(const kvq_plan *plan);
 /*
- * Copy of plan using kernels of another ISA (KVQ_ISA_SCALAR for the reference,
- * used by tests). Fails with KVQ_ERR_UNSUPPORTED if the CPU lacks it.
+ * Copy of plan using kernels of another ISA (KVQ_ISA_SCALAR: the reference,
+ * to verify results). Fails with KVQ_ERR_UNSUPPORTED if the CPU lacks it.
  */
 KVQ_API int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
 
@@ -249,7 +249,7 @@ typedef struct kvq_cache_config {
     int compress_sliding;      /* 0 (default): sliding-window layers stay f16 */
     int outlier_calib_tokens;  /* tokens seen before +outliers channels are chosen (0 = 128) */
     uint64_t seed;             /* seed of rotations/projections (per layer and head derived from it) */
-    int reference_kernels;     /* 1: scalar reference kernels everywhere (tests); 0: best for the CPU */
+    int reference_kernels;     /* 1: the scalar reference kernels everywhere (slow; to verify results); 0: best for the CPU */
 } kvq_cache_config;
 
 /*
