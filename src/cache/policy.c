@@ -9,19 +9,12 @@
 #include <string.h>
 
 #include "kvq.h"
+#include "errfmt.h"
 
 /* Largest layer index a policy may name (and its negative). */
 #define POLICY_MAX_LAYER 4096
 
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#define fail kvq_errf
 
 void kvq_policy_init(kvq_policy *p) {
     if (!p) return;

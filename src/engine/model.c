@@ -4,6 +4,7 @@
  */
 #include "model.h"
 #include "tok_gguf.h"
+#include "errfmt.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -11,15 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#define fail kvq_errf
 
 const char *kvq_rope_type_name(kvq_rope_type t) { return t == KVQ_ROPE_NEOX ? "neox" : "norm"; }
 
