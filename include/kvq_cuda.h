@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* 1 if a CUDA device is usable, 0 otherwise (no error code: a query). */
-int kvq_cuda_device_count(void);
+KVQ_API int kvq_cuda_device_count(void);
 
 /* ------------------------------------------------------------------------ */
 /* Plans on the device                                                       */
@@ -52,17 +52,17 @@ typedef struct kvq_cuda_plan kvq_cuda_plan;
  * polar, +outliers) or dims it does not serve; KVQ_ERR_NOMEM if a device
  * allocation fails. Synchronous.
  */
-int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan);
-void kvq_cuda_plan_free(kvq_cuda_plan *plan);
+KVQ_API int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan);
+KVQ_API void kvq_cuda_plan_free(kvq_cuda_plan *plan);
 /* Record bytes (kvq_plan_code_bytes of the source plan). */
-size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *plan);
+KVQ_API size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *plan);
 
 /*
  * Encodes n rows (device, n x dim values of dtype F32 or F16) into n
  * contiguous records (device, n x code_bytes), the same bytes as the CPU
  * codec's scalar reference. Kernel errors go to dev_status.
  */
-int kvq_cuda_encode(const kvq_cuda_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes, int *dev_status,
+KVQ_API int kvq_cuda_encode(const kvq_cuda_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes, int *dev_status,
                     void *stream);
 
 /* ------------------------------------------------------------------------ */
@@ -90,26 +90,26 @@ typedef struct kvq_cuda_layer_config {
 } kvq_cuda_layer_config;
 
 /* The plans must outlive the layer. KVQ_ERR_UNSUPPORTED for a pair the kernels do not serve. */
-int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg);
-void kvq_cuda_layer_free(kvq_cuda_layer *layer);
+KVQ_API int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg);
+KVQ_API void kvq_cuda_layer_free(kvq_cuda_layer *layer);
 /* Bytes of one page (all heads, K and V). */
-size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *layer);
+KVQ_API size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *layer);
 /* Bytes of the f16 window rings of n_seq sequences. */
-size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *layer, int n_seq);
+KVQ_API size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *layer, int n_seq);
 
 /*
  * Encodes ntok tokens of K (kv = 0) or V (kv = 1) into pages: x (device) is
  * ntok x H x d values of dtype, token i goes to slot dst[i] (device int32:
  * page * P + slot in page) of every head.
  */
-int kvq_cuda_store_pages(const kvq_cuda_layer *layer, int kv, void *pages, const void *x, kvq_dtype dtype, size_t ntok,
+KVQ_API int kvq_cuda_store_pages(const kvq_cuda_layer *layer, int kv, void *pages, const void *x, kvq_dtype dtype, size_t ntok,
                          const int32_t *dst, int *dev_status, void *stream);
 /*
  * Writes ntok tokens as f16 into the window rings: token i belongs to
  * sequence seq[i] at position pos[i] (device int32 arrays). Values beyond
  * the f16 range set KVQ_ERR_RANGE.
  */
-int kvq_cuda_store_window(const kvq_cuda_layer *layer, int kv, void *window, const void *x, kvq_dtype dtype,
+KVQ_API int kvq_cuda_store_window(const kvq_cuda_layer *layer, int kv, void *window, const void *x, kvq_dtype dtype,
                           size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream);
 
 /* One decode step of a batch of sequences. */
@@ -131,7 +131,7 @@ typedef struct kvq_cuda_batch {
  * The layer keeps a device workspace, grown on demand (the growth
  * synchronises): calls on one layer must not overlap.
  */
-int kvq_cuda_attend(kvq_cuda_layer *layer, const kvq_cuda_batch *batch, const float *q, float scale, float *out,
+KVQ_API int kvq_cuda_attend(kvq_cuda_layer *layer, const kvq_cuda_batch *batch, const float *q, float scale, float *out,
                     void *stream);
 
 #ifdef __cplusplus

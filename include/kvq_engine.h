@@ -73,6 +73,7 @@ KVQ_API const char *kvq_ggml_type_name(uint32_t type);
 /* ------------------------------------------------------------------------ */
 typedef struct kvq_model kvq_model;
 
+#define KVQ_MAX_LAYERS 512     /* layers a model may have */
 #define KVQ_GGML_TYPE_SLOTS 64 /* entries of kvq_model_info.type_count */
 
 typedef struct kvq_model_info {
@@ -90,7 +91,8 @@ typedef struct kvq_model_info {
     float rope_base, rope_base_swa, rope_freq_scale;
     int has_rope_freqs;       /* per-frequency factors stored */
     int n_swa;                /* sliding-window size (0: none) */
-    int n_swa_layers;         /* layers with a sliding window (kvq_model_layer_window) */
+    int n_swa_layers;         /* layers with a sliding window */
+    const int *sliding_window;/* (n_layers) per layer: window, 0 = global (points into the model) */
     float norm_eps, attn_scale, embd_scale, final_softcap;
     int gelu;                 /* 1: GeGLU (tanh GELU); 0: SwiGLU */
     int qk_norm, post_norms, qkv_bias, tied_output;

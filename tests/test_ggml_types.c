@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/ggml_types.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "testutil.h"
 

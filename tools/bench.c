@@ -33,9 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/model.h"
-#include "engine/tok_gguf.h"
-#include "engine/tokenizer.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "policy.h"
 #include "progress.h"
@@ -175,7 +173,7 @@ static int default_text(char *buf, size_t cap) {
  * pseudo-random sequence) when there is no text. The first is BOS if the
  * model adds one.
  */
-static int32_t *load_tokens(const kvq_tokenizer *tok, int n_vocab, const char *path, size_t n_need, const char **src) {
+static int32_t *load_tokens(const kvq_model *m, int n_vocab, const char *path, size_t n_need, const char **src) {
     int32_t *ids = malloc(n_need * sizeof *ids);
     if (!ids) return NULL;
     size_t len = 0;
@@ -184,7 +182,7 @@ static int32_t *load_tokens(const kvq_tokenizer *tok, int n_vocab, const char *p
     if (text && len) {
         size_t take = n_need * 8 + 4096 < len ? n_need * 8 + 4096 : len, cap = n_need + 16, n = 0;
         int32_t *t = malloc(cap * sizeof *t);
-        int rc = t ? kvq_tok_encode(tok, text, take, 1, 0, t, cap, &n) : KVQ_ERR_NOMEM;
+        int rc = t ? kvq_tokenize(m, text, take, 1, 0, t, cap, &n) : KVQ_ERR_NOMEM;
         if (rc == KVQ_ERR_RANGE) { rc = 0; n = cap; } /* more than needed: keep the first cap */
         if (!rc && n > 1) {
             for (size_t i = 0; i < n_need; i++) ids[i] = t[i < n ? i : 1 + (i - n) % (n - 1)];
@@ -196,7 +194,9 @@ static int32_t *load_tokens(const kvq_tokenizer *tok, int n_vocab, const char *p
     free(text);
     if (!have) {
         uint64_t z = 0x6b7671;
-        int32_t bos = kvq_tok_bos(tok);
+        kvq_model_info mi;
+        kvq_model_get_info(m, &mi);
+        int32_t bos = mi.bos;
         for (size_t i = 0; i < n_need; i++) {
             z = z * 6364136223846793005ull + 1442695040888963407ull;
             ids[i] = (int32_t)(256 + (z >> 33) % (uint64_t)(n_vocab > 512 ? n_vocab - 256 : 1));
@@ -266,7 +266,6 @@ int cmd_bench(int argc, char **argv) {
 
     char err[256] = "", mname[128];
     kvq_model *m = NULL;
-    kvq_tokenizer *tok = NULL;
     kvq_pool *pool = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
@@ -276,9 +275,11 @@ int cmd_bench(int argc, char **argv) {
     tool_interrupt_install();
 
     if ((rc = kvq_model_load(&m, o.model, err, sizeof err))) { fprintf(stderr, "kvq bench: %s\n", err); free(P); return 1; }
-    const kvq_model_config *mc = &m->cfg;
+    kvq_model_info mc_info;
+    kvq_model_get_info(m, &mc_info);
+    const kvq_model_info *mc = &mc_info;
     basename_noext(o.model, mname, sizeof mname);
-    if ((rc = kvq_tok_create_from_gguf(&tok, m->gguf))) { fprintf(stderr, "kvq bench: tokenizer: %s\n", kvq_strerror(rc)); goto done; }
+    if (!mc->has_tokenizer) { fprintf(stderr, "kvq bench: %s has no tokenizer\n", o.model); rc = KVQ_ERR_UNSUPPORTED; goto done; }
     if ((rc = kvq_pool_create(&pool, o.threads))) goto done;
     logits = malloc(sizeof(float) * (size_t)mc->n_vocab);
     if (!logits) { rc = KVQ_ERR_NOMEM; goto done; }
@@ -298,7 +299,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!nctx) { fprintf(stderr, "kvq bench: no context length to measure\n"); rc = 0; goto done; }
     const char *textsrc = "synthetic";
-    ids = load_tokens(tok, mc->n_vocab, o.text, (size_t)ctx[nctx - 1], &textsrc);
+    ids = load_tokens(m, mc->n_vocab, o.text, (size_t)ctx[nctx - 1], &textsrc);
     if (!ids) { rc = KVQ_ERR_NOMEM; goto done; }
     const char *textname = strrchr(textsrc, '/') ? strrchr(textsrc, '/') + 1 : textsrc;
 
@@ -322,7 +323,7 @@ int cmd_bench(int argc, char **argv) {
     double total_units = (double)ctx[nctx - 1] * np, done_units = 0;
     if (!o.json)
         printf("model %s (%s), %d threads, kernels %s, text %s\n%-7s %-34s %10s %6s %9s %6s %9s %6s %11s\n", mname,
-               mc->arch_name, o.threads, kvq_session_kernels(P[0].s), textname, "ctx", "policy", "prefill/s", "x f16",
+               mc->arch, o.threads, kvq_session_kernels(P[0].s), textname, "ctx", "policy", "prefill/s", "x f16",
                "gen tok/s", "x f16", "B/token", "bits", "KV MiB");
     size_t pos = 0; /* positions every session holds */
     int interrupted = 0;
@@ -411,7 +412,7 @@ int cmd_bench(int argc, char **argv) {
             if (o.json) {
                 printf("{\"tool\":\"bench\",\"model\":\"%s\",\"arch\":\"%s\",\"n_layers\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
                        "\"threads\":%d,\"kernels\":\"%s\",\"text\":\"%s\",\"ctx\":%zu,",
-                       mname, mc->arch_name, mc->n_layers, mc->n_head_kv, mc->head_dim, o.threads,
+                       mname, mc->arch, mc->n_layers, mc->n_head_kv, mc->head_dim, o.threads,
                        kvq_session_kernels(P[i].s), textname, C);
                 tool_policy_json(&P[i].pol, stdout);
                 if (P[i].dead) {
@@ -446,7 +447,6 @@ done:
     for (int i = 0; i < np; i++) kvq_session_free(P[i].s);
     free(P);
     kvq_pool_free(pool);
-    kvq_tok_free(tok);
     kvq_model_free(m);
     free(logits);
     free(ids);

@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model.h"
-#include "engine/tok_gguf.h"
-#include "engine/tokenizer.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "vecfile.h"
 #include "tools.h"
@@ -99,7 +97,6 @@ int cmd_dump_kv(int argc, char **argv) {
 
     char err[256] = "";
     kvq_model *m = NULL;
-    kvq_tokenizer *tok = NULL;
     kvq_pool *pool = NULL;
     kvq_session *s = NULL;
     int32_t *ids = NULL;
@@ -108,12 +105,14 @@ int cmd_dump_kv(int argc, char **argv) {
     memset(&d, 0, sizeof d);
     int ret = 1, rc = 0;
     if ((rc = kvq_model_load(&m, model, err, sizeof err))) { fprintf(stderr, "kvq dump-kv: %s\n", err); free(text); return 1; }
-    const kvq_model_config *c = &m->cfg;
-    if ((rc = kvq_tok_create_from_gguf(&tok, m->gguf))) goto done;
+    kvq_model_info c_info;
+    kvq_model_get_info(m, &c_info);
+    const kvq_model_info *c = &c_info;
+    if (!c->has_tokenizer) { rc = KVQ_ERR_UNSUPPORTED; goto done; }
     size_t cap = tlen + 16, n = 0;
     ids = malloc(sizeof(int32_t) * cap);
     if (!ids) { rc = KVQ_ERR_NOMEM; goto done; }
-    if ((rc = kvq_tok_encode(tok, text, tlen, 1, 0, ids, cap, &n))) goto done;
+    if ((rc = kvq_tokenize(m, text, tlen, 1, 0, ids, cap, &n))) goto done;
     if (n > (size_t)max_tokens) n = (size_t)max_tokens;
     if (n == 0) { fprintf(stderr, "kvq dump-kv: the text has no tokens\n"); goto done; }
 
@@ -189,7 +188,7 @@ int cmd_dump_kv(int argc, char **argv) {
                 (unsigned long long)info.count, c->head_dim, n_keep, n, heads);
     }
     free(all);
-    fprintf(stderr, "kvq dump-kv: %zu tokens through %s in %.2f s\n", n, c->arch_name, t1 - t0);
+    fprintf(stderr, "kvq dump-kv: %zu tokens through %s in %.2f s\n", n, c->arch, t1 - t0);
     ret = 0;
 done:
     if (rc && ret) fprintf(stderr, "kvq dump-kv: %s\n", kvq_strerror(rc));
@@ -203,7 +202,6 @@ done:
     free(text);
     kvq_session_free(s);
     kvq_pool_free(pool);
-    kvq_tok_free(tok);
     kvq_model_free(m);
     return ret;
 }

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/tok_gguf.h"
 #include "tools.h"
 
 /* ------------------------------------------------------------------------ */
@@ -30,8 +29,9 @@ int eval_env_open(eval_env *e, const char *tool, const char *model_path, int thr
     char err[256] = "";
     int rc = kvq_model_load(&e->m, model_path, err, sizeof err);
     if (rc) { fprintf(stderr, "kvq %s: %s\n", tool, err[0] ? err : kvq_strerror(rc)); return -1; }
-    if ((rc = kvq_tok_create_from_gguf(&e->tok, e->m->gguf))) {
-        fprintf(stderr, "kvq %s: tokenizer: %s\n", tool, kvq_strerror(rc));
+    kvq_model_get_info(e->m, &e->info);
+    if (!e->info.has_tokenizer) {
+        fprintf(stderr, "kvq %s: %s has no tokenizer\n", tool, model_path);
         eval_env_close(e);
         return -1;
     }
@@ -40,24 +40,19 @@ int eval_env_open(eval_env *e, const char *tool, const char *model_path, int thr
         eval_env_close(e);
         return -1;
     }
-    int32_t ids[8];
-    size_t n = 0;
-    int32_t bos = kvq_tok_bos(e->tok);
-    e->add_bos = bos >= 0 && kvq_tok_encode(e->tok, "a", 1, 1, 0, ids, 8, &n) == KVQ_OK && n > 0 && ids[0] == bos;
+    e->add_bos = e->info.add_bos;
     return 0;
 }
 
 void eval_env_close(eval_env *e) {
     kvq_pool_free(e->pool);
-    kvq_tok_free(e->tok);
     kvq_model_free(e->m);
     e->pool = NULL;
-    e->tok = NULL;
     e->m = NULL;
 }
 
 int eval_model_has_chat(const eval_env *e) {
-    return kvq_gguf_find_kv(e->m->gguf, "tokenizer.chat_template") != NULL;
+    return e->info.has_chat_template;
 }
 
 const char *eval_basename(const char *path) {
@@ -111,18 +106,18 @@ char *eval_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int eval_tokenize(const kvq_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
+int eval_tokenize(const kvq_model *t, const char *text, size_t len, int add_special, int parse_special,
                   int32_t **ids, size_t *n) {
     size_t cap = len / 2 + 16, need = 0;
     int32_t *buf = malloc(sizeof(int32_t) * cap);
     if (!buf) return KVQ_ERR_NOMEM;
-    int rc = kvq_tok_encode(t, text, len, add_special, parse_special, buf, cap, &need);
+    int rc = kvq_tokenize(t, text, len, add_special, parse_special, buf, cap, &need);
     if (rc == KVQ_ERR_RANGE) {
         free(buf);
         cap = need;
         buf = malloc(sizeof(int32_t) * (cap ? cap : 1));
         if (!buf) return KVQ_ERR_NOMEM;
-        rc = kvq_tok_encode(t, text, len, add_special, parse_special, buf, cap, &need);
+        rc = kvq_tokenize(t, text, len, add_special, parse_special, buf, cap, &need);
     }
     if (rc) { free(buf); return rc; }
     *ids = buf;
@@ -200,7 +195,7 @@ int eval_session(const eval_env *e, tool_policy *p, int n_batch, int f32_acts, u
                  void *hook_user, kvq_session **out) {
     kvq_session_params sp = kvq_session_default_params();
     char err[256] = "";
-    if (tool_policy_session_params(p, e->m->cfg.n_layers, &sp, err, sizeof err)) {
+    if (tool_policy_session_params(p, e->info.n_layers, &sp, err, sizeof err)) {
         fprintf(stderr, "kvq %s: %s\n", e->tool, err);
         return KVQ_ERR_INVALID_ARG;
     }
@@ -219,27 +214,13 @@ int eval_session(const eval_env *e, tool_policy *p, int n_batch, int f32_acts, u
 }
 
 int eval_policy_bits(const tool_policy *p, int head_dim, double *bits_k, double *bits_v) {
-    const char *spec[2] = {p->k, p->v};
-    double b[2];
-    for (int i = 0; i < 2; i++) {
-        kvq_plan *plan = NULL;
-        /* +outliers plans need calibration rows: any rows give the same size */
-        float *calib = malloc(sizeof(float) * (size_t)head_dim * 64);
-        if (!calib) return -1;
-        for (int j = 0; j < head_dim * 64; j++) calib[j] = (float)((j * 7919) % 101) / 50.0f - 1.0f;
-        int rc = kvq_plan_create(&plan, spec[i], head_dim, 1, calib, 64);
-        free(calib);
-        if (rc) return -1;
-        b[i] = kvq_plan_bits_per_value(plan);
-        kvq_plan_free(plan);
-    }
-    *bits_k = b[0];
-    *bits_v = b[1];
-    return 0;
+    return tool_policy_bits(p, head_dim, bits_k, bits_v);
 }
 
 double eval_cache_bits_all(kvq_session *s, const kvq_model *m) {
-    double values = 2.0 * m->cfg.n_layers * m->cfg.n_head_kv * m->cfg.head_dim;
+    kvq_model_info mi;
+    kvq_model_get_info(m, &mi);
+    double values = 2.0 * mi.n_layers * mi.n_head_kv * mi.head_dim;
     return (double)kvq_cache_bytes_per_token(kvq_session_cache(s)) * 8.0 / values;
 }
 

@@ -10,8 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "policy.h"
 
@@ -22,7 +21,7 @@ typedef struct eval_env {
     const char *tool;       /* "ppl", ... (messages) */
     const char *model_path;
     kvq_model *m;
-    kvq_tokenizer *tok;
+    kvq_model_info info;    /* of m */
     kvq_pool *pool;
     int threads;
     int add_bos;            /* 1 if the tokenizer adds BOS to a text */
@@ -49,7 +48,7 @@ void eval_find_corpus(const char *path, char *buf, size_t cap);
 char *eval_read_file(const char *path, size_t *len);
 
 /* Tokenizes text into a malloc'd array (*ids, *n); KVQ_OK or an error code. */
-int eval_tokenize(const kvq_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
+int eval_tokenize(const kvq_model *t, const char *text, size_t len, int add_special, int parse_special,
                   int32_t **ids, size_t *n);
 
 /*

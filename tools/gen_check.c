@@ -103,7 +103,7 @@ typedef struct {
 } pol_state;
 
 static int is_plain_f16(const tool_policy *p) {
-    return !strcmp(p->k, "f16") && !strcmp(p->v, "f16") && p->window == 0 && p->n_f16_layers == 0;
+    return !strcmp(p->k_spec, "f16") && !strcmp(p->v_spec, "f16") && p->f16_window == 0 && p->n_f16_layers == 0;
 }
 
 /* Greedy generation of up to n tokens after the prompt into out; returns the
@@ -121,9 +121,9 @@ static int generate(const eval_env *e, tool_policy *pol, const eval_common *co, 
     while (!rc && *ng < n) {
         int32_t next = 0;
         float best = logits[0];
-        for (int i = 1; i < e->m->cfg.n_vocab; i++)
+        for (int i = 1; i < e->info.n_vocab; i++)
             if (logits[i] > best) { best = logits[i]; next = i; }
-        if (kvq_tok_is_eog(e->tok, next)) { *eos = 1; break; }
+        if (kvq_token_is_eog(e->m, next)) { *eos = 1; break; }
         out[(*ng)++] = next;
         if (*ng == n) break;
         rc = kvq_session_eval(s, &next, 1, logits, 0);
@@ -133,13 +133,13 @@ static int generate(const eval_env *e, tool_policy *pol, const eval_common *co, 
     return rc;
 }
 
-static char *detok(const kvq_tokenizer *t, const int32_t *g, int n) {
+static char *detok(const kvq_model *t, const int32_t *g, int n) {
     size_t cap = 64 + (size_t)n * 32, len = 0;
     char *buf = malloc(cap);
     if (!buf) return NULL;
     for (int i = 0; i < n; i++) {
         size_t pn = 0;
-        if (kvq_tok_decode_piece(t, g[i], buf + len, cap - len - 1, &pn) == KVQ_OK) len += pn;
+        if (kvq_token_to_piece(t, g[i], buf + len, cap - len - 1, &pn) == KVQ_OK) len += pn;
     }
     buf[len] = 0;
     return buf;
@@ -217,7 +217,7 @@ int cmd_gen_check(int argc, char **argv) {
     if (eval_env_open(&e, "gen-check", co.model, co.threads)) return 1;
     if (chat < 0) chat = eval_model_has_chat(&e);
     int ret = 1, rc = 0;
-    float *logits = malloc(sizeof(float) * (size_t)e.m->cfg.n_vocab);
+    float *logits = malloc(sizeof(float) * (size_t)e.info.n_vocab);
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)n * (size_t)np), *prompt = NULL;
     pol_state *ps = calloc((size_t)np, sizeof *ps);
     char *text = NULL;
@@ -242,18 +242,18 @@ int cmd_gen_check(int argc, char **argv) {
         if (chat) {
             size_t need = 0;
             char probe[1];
-            rc = kvq_tok_chat_format(e.tok, e.m->cfg.arch_name, NULL, PROMPTS[i].chat, probe, sizeof probe, &need);
+            rc = kvq_chat_format(e.m, NULL, PROMPTS[i].chat, probe, sizeof probe, &need);
             if (rc && rc != KVQ_ERR_RANGE) { fprintf(stderr, "kvq gen-check: chat: %s\n", kvq_strerror(rc)); goto done; }
             text = malloc(need + 1);
             if (!text) goto nomem;
-            if ((rc = kvq_tok_chat_format(e.tok, e.m->cfg.arch_name, NULL, PROMPTS[i].chat, text, need + 1, &need)))
+            if ((rc = kvq_chat_format(e.m, NULL, PROMPTS[i].chat, text, need + 1, &need)))
                 goto done;
             ptext = text;
         }
         size_t npr = 0;
         free(prompt);
         prompt = NULL;
-        if ((rc = eval_tokenize(e.tok, ptext, strlen(ptext), 1, chat, &prompt, &npr))) {
+        if ((rc = eval_tokenize(e.m, ptext, strlen(ptext), 1, chat, &prompt, &npr))) {
             fprintf(stderr, "kvq gen-check: tokenize: %s\n", kvq_strerror(rc));
             goto done;
         }
@@ -277,7 +277,7 @@ int cmd_gen_check(int argc, char **argv) {
                 if (g[t] != ref[t]) r->diverge = t;
             if (r->diverge < 0 && (r->generated != nref || r->eos != ps[0].r[i].eos)) r->diverge = m;
             ps[p].done = i + 1;
-            char *out = (show || (co.json && per_prompt)) ? detok(e.tok, g, r->generated) : NULL;
+            char *out = (show || (co.json && per_prompt)) ? detok(e.m, g, r->generated) : NULL;
             if (co.json && per_prompt) {
                 printf("{\"tool\":\"gen-check\",\"record\":\"prompt\",\"model\":");
                 eval_json_str(stdout, eval_basename(e.model_path));

@@ -2,8 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "tools.h"
 
@@ -31,51 +30,51 @@ int cmd_inspect(int argc, char **argv) {
     kvq_gguf_file *g = NULL;
     int rc = kvq_gguf_open(&g, path);
     if (rc) { fprintf(stderr, "kvq inspect: %s: %s\n", path, kvq_strerror(rc)); return 1; }
+    kvq_gguf_info gi;
+    kvq_gguf_get_info(g, &gi);
     printf("file           %s\n", path);
-    printf("gguf           v%u, %zu metadata keys, %zu tensors, alignment %u, data at %llu, %llu bytes\n",
-           kvq_gguf_version(g), kvq_gguf_n_kv(g), kvq_gguf_n_tensors(g), kvq_gguf_alignment(g),
-           (unsigned long long)kvq_gguf_data_offset(g), (unsigned long long)kvq_gguf_file_size(g));
+    printf("gguf           v%u, %llu metadata keys, %llu tensors, alignment %u, data at %llu, %llu bytes\n",
+           gi.version, (unsigned long long)gi.n_kv, (unsigned long long)gi.n_tensors, gi.alignment,
+           (unsigned long long)gi.data_offset, (unsigned long long)gi.file_size);
     char tm[32] = "?", pre[64] = "";
-    kvq_gguf_get_cstr(g, "tokenizer.ggml.model", tm, sizeof tm);
-    kvq_gguf_get_cstr(g, "tokenizer.ggml.pre", pre, sizeof pre);
-    int counts[64] = {0};
-    for (size_t i = 0; i < kvq_gguf_n_tensors(g); i++) {
-        const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
-        counts[t->type < 64 ? t->type : 63]++;
-        if (list) {
-            printf("  %-40.*s %-5s [", (int)t->name.len, t->name.ptr, kvq_ggml_type_name(t->type));
-            for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
-            printf("] %llu bytes\n", (unsigned long long)t->n_bytes);
-        }
+    kvq_gguf_get_string(g, "tokenizer.ggml.model", tm, sizeof tm);
+    kvq_gguf_get_string(g, "tokenizer.ggml.pre", pre, sizeof pre);
+    for (uint64_t i = 0; list && i < gi.n_tensors; i++) {
+        kvq_gguf_tensor_info t;
+        if (kvq_gguf_get_tensor(g, i, &t)) break;
+        printf("  %-40s %-5s [", t.name, kvq_ggml_type_name(t.type));
+        for (uint32_t d = 0; d < t.n_dims; d++) printf("%s%llu", d ? ", " : "", (unsigned long long)t.ne[d]);
+        printf("] %llu bytes\n", (unsigned long long)t.n_bytes);
     }
+    char arch[32] = "?";
+    kvq_gguf_get_string(g, "general.architecture", arch, sizeof arch);
+    kvq_gguf_close(g);
     char err[256] = "";
     kvq_model *m = NULL;
-    rc = kvq_model_from_gguf(&m, g, err, sizeof err);
+    rc = kvq_model_load(&m, path, err, sizeof err);
     if (rc) {
-        char arch[32] = "?";
-        kvq_gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
         printf("architecture   %s (not loadable: %s)\n", arch, err);
-        kvq_gguf_close(g);
         return 1;
     }
-    const kvq_model_config *c = &m->cfg;
+    kvq_model_info ci;
+    kvq_model_get_info(m, &ci);
+    const kvq_model_info *c = &ci;
     printf("name           %s\n", c->name[0] ? c->name : "(none)");
-    printf("architecture   %s\n", c->arch_name);
+    printf("architecture   %s\n", c->arch);
     printf("layers         %d\n", c->n_layers);
     printf("embedding      %d\n", c->n_embd);
-    printf("feed-forward   %d (%s)\n", c->n_ff, c->act == KVQ_ACT_GELU_TANH ? "GeGLU, tanh GELU" : "SwiGLU");
+    printf("feed-forward   %d (%s)\n", c->n_ff, c->gelu ? "GeGLU, tanh GELU" : "SwiGLU");
     printf("heads          %d query / %d kv (group %d)\n", c->n_head, c->n_head_kv, c->n_head / c->n_head_kv);
     printf("head dim       %d\n", c->head_dim);
     printf("context        %d (trained)\n", c->n_ctx_train);
     printf("vocabulary     %d (tokenizer %s%s%s)\n", c->n_vocab, tm, pre[0] ? ", pre " : "", pre);
-    printf("rope           %s, %d dims, base %g", kvq_rope_type_name(c->rope_type), c->n_rot, c->rope_base);
+    printf("rope           %s, %d dims, base %g", c->rope_neox ? "neox" : "norm", c->n_rot, c->rope_base);
     if (c->rope_freq_scale != 1.0f) printf(", linear scale 1/%g", 1.0 / c->rope_freq_scale);
-    if (m->rope_freqs) printf(", frequency factors");
+    if (c->has_rope_freqs) printf(", frequency factors");
     printf("\n");
-    int nswa = 0;
-    for (int l = 0; l < c->n_layers; l++) nswa += c->sliding_window[l] > 0;
-    if (nswa) {
-        printf("sliding window %d on %d layers (rope base %g); global layers:", c->n_swa, nswa, c->rope_base_swa);
+    if (c->n_swa_layers) {
+        printf("sliding window %d on %d layers (rope base %g); global layers:", c->n_swa, c->n_swa_layers,
+               c->rope_base_swa);
         for (int l = 0; l < c->n_layers; l++)
             if (!c->sliding_window[l]) printf(" %d", l);
         printf("\n");
@@ -87,14 +86,14 @@ int cmd_inspect(int argc, char **argv) {
     printf("attention      scale %g%s\n", c->attn_scale, c->qkv_bias ? ", q/k/v biases" : "");
     if (c->embd_scale != 1.0f) printf("embed scale    %g\n", c->embd_scale);
     if (c->final_softcap > 0) printf("logit softcap  %g\n", c->final_softcap);
-    printf("output         %s\n", m->tied_output ? "tied to token_embd" : "output.weight");
+    printf("output         %s\n", c->tied_output ? "tied to token_embd" : "output.weight");
     printf("tensor types  ");
-    for (int t = 0; t < 64; t++)
-        if (counts[t]) printf(" %s x%d", kvq_ggml_type_name((uint32_t)t), counts[t]);
-    printf("\nweights        %.1f MiB\n", (double)m->n_weight_bytes / (1024.0 * 1024.0));
+    for (int t = 0; t < KVQ_GGML_TYPE_SLOTS; t++)
+        if (c->type_count[t]) printf(" %s x%d", kvq_ggml_type_name((uint32_t)t), c->type_count[t]);
+    printf("\nweights        %.1f MiB\n", (double)c->n_weight_bytes / (1024.0 * 1024.0));
     printf("kv per token   %zu bytes as f16 (%d layers x %d kv heads x %d x 2 x 2)\n",
            (size_t)c->n_layers * (size_t)c->n_head_kv * (size_t)c->head_dim * 4, c->n_layers, c->n_head_kv,
            c->head_dim);
-    kvq_model_free(m); /* closes g */
+    kvq_model_free(m);
     return 0;
 }

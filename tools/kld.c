@@ -195,14 +195,14 @@ static void print_json(FILE *f, const char *record, const run_info *ri, int wind
         int worst = -1;
         double wv = -1.0;
         fprintf(f, ",\"layer_err\":[");
-        for (int l = 0; l < ri->e->m->cfg.n_layers; l++) {
+        for (int l = 0; l < ri->e->info.n_layers; l++) {
             double v = ps->lcnt[l] ? ps->lsum[l] / (double)ps->lcnt[l] : NAN;
             if (ps->lcnt[l] && v > wv) { wv = v; worst = l; }
             if (l) fputc(',', f);
             eval_json_num(f, v);
         }
         fprintf(f, "],\"layer_err_max\":[");
-        for (int l = 0; l < ri->e->m->cfg.n_layers; l++) {
+        for (int l = 0; l < ri->e->info.n_layers; l++) {
             if (l) fputc(',', f);
             eval_json_num(f, ps->lcnt[l] ? ps->lmax[l] : NAN);
         }
@@ -256,7 +256,7 @@ int cmd_kld(int argc, char **argv) {
     if (!text) { fprintf(stderr, "kvq kld: %s: %s\n", text_path, strerror(errno)); return 1; }
     eval_env e;
     if (eval_env_open(&e, "kld", co.model, co.threads)) { free(text); return 1; }
-    const kvq_model_config *mc = &e.m->cfg;
+    const kvq_model_info *mc = &e.info;
     const int L = mc->n_layers, width = mc->n_head * mc->head_dim, V = mc->n_vocab;
     int ret = 1, rc = 0;
     /* the policies run: as given, or (--isolate) one per compressed layer of each */
@@ -318,7 +318,7 @@ int cmd_kld(int argc, char **argv) {
     size_t nt = 0, n_base = 0;
     double seconds_base = 0.0;
     if (!ps || !st) goto done;
-    if ((rc = eval_tokenize(e.tok, text, tlen, 0, 0, &ids, &nt))) {
+    if ((rc = eval_tokenize(e.m, text, tlen, 0, 0, &ids, &nt))) {
         fprintf(stderr, "kvq kld: tokenize: %s\n", kvq_strerror(rc));
         goto done;
     }
@@ -375,7 +375,7 @@ int cmd_kld(int argc, char **argv) {
     double toks = 0;
     for (size_t w = 0; w < nwin && !eval_interrupted(); w++) {
         memcpy(win, ids + w * C, sizeof(int32_t) * C);
-        if (e.add_bos) win[0] = kvq_tok_bos(e.tok);
+        if (e.add_bos) win[0] = e.info.bos;
         int nb = B ? (int)B : (int)C;
         if ((rc = eval_session(&e, &base_pol, nb, co.f32_acts, co.seed, layers ? base_hook : NULL, &bs, &sb))) goto done;
         for (int p = 0; p < np; p++)

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "tools.h"
 
@@ -67,9 +67,12 @@ int cmd_logits(int argc, char **argv) {
     kvq_model *m = NULL;
     int rc = kvq_model_load(&m, model, err, sizeof err);
     if (rc) { fprintf(stderr, "kvq logits: %s\n", err); free(ids); free(tokens); return 1; }
+    kvq_model_info mi;
+    kvq_model_get_info(m, &mi);
+    const int n_vocab = mi.n_vocab;
     for (int i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= m->cfg.n_vocab) {
-            fprintf(stderr, "kvq logits: token %ld out of range (vocabulary %d)\n", ids[i], m->cfg.n_vocab);
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            fprintf(stderr, "kvq logits: token %ld out of range (vocabulary %d)\n", ids[i], n_vocab);
             kvq_model_free(m); free(ids); free(tokens);
             return 2;
         }
@@ -89,19 +92,19 @@ int cmd_logits(int argc, char **argv) {
     p.n_batch = batch > 0 ? batch : n;
     if ((rc = kvq_pool_create(&pool, threads))) goto done;
     if ((rc = kvq_session_create(&s, m, &p, pool))) goto done;
-    logits = malloc(sizeof(float) * (size_t)n * (size_t)m->cfg.n_vocab);
+    logits = malloc(sizeof(float) * (size_t)n * (size_t)n_vocab);
     if (!logits) { rc = KVQ_ERR_NOMEM; goto done; }
     double t0 = tool_now();
     if ((rc = kvq_session_eval(s, tokens, (size_t)n, logits, 1))) goto done;
     double t1 = tool_now();
     FILE *f = fopen(outp, "wb");
     if (!f) { fprintf(stderr, "kvq logits: %s: %s\n", outp, strerror(errno)); goto done; }
-    size_t cnt = (size_t)n * (size_t)m->cfg.n_vocab;
+    size_t cnt = (size_t)n * (size_t)n_vocab;
     if (fwrite(logits, sizeof(float), cnt, f) != cnt || fclose(f) != 0) {
         fprintf(stderr, "kvq logits: write %s failed\n", outp);
         goto done;
     }
-    fprintf(stderr, "kvq logits: %d tokens x %d vocab -> %s (%.3f s, kernels %s, acts %s)\n", n, m->cfg.n_vocab, outp,
+    fprintf(stderr, "kvq logits: %d tokens x %d vocab -> %s (%.3f s, kernels %s, acts %s)\n", n, n_vocab, outp,
             t1 - t0, kvq_session_kernels(s), acts);
     ret = 0;
 done:

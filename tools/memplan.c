@@ -27,8 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/ggml_types.h"
-#include "engine/model.h"
+#include "kvq_engine.h"
 #include "kvq.h"
 #include "policy.h"
 #include "tools.h"
@@ -107,16 +106,14 @@ static size_t runtime_bytes(const runtime_model *r, size_t n, int n_layers) {
     return r->state + ws + (size_t)n_layers * 2 * pages * sizeof(void *) + r->overhead;
 }
 
-static int build_runtime(const kvq_model *m, const char *kspec, int batch, int threads, size_t overhead,
-                         runtime_model *r) {
-    const kvq_model_config *c = &m->cfg;
-    size_t B = (size_t)batch, E = (size_t)c->n_embd, Q = (size_t)c->n_head * (size_t)c->head_dim;
-    size_t KV = (size_t)c->n_head_kv * (size_t)c->head_dim, F = (size_t)c->n_ff, R = (size_t)c->n_rot;
-    size_t widest = E > Q ? E : Q;
-    if (F > widest) widest = F;
+static int build_runtime(const kvq_model *m, const kvq_session *s, const char *kspec, int batch, int threads,
+                         size_t overhead, runtime_model *r) {
+    const size_t B = (size_t)batch;
+    kvq_model_info c_info;
+    kvq_model_get_info(m, &c_info);
+    const kvq_model_info *c = &c_info;
     memset(r, 0, sizeof *r);
-    r->state = 4 * B * (3 * E + 2 * Q + 2 * KV + 2 * F + 2 * R) + B * kvq_ggml_q8a_row_bytes((int64_t)widest) + 8 * R +
-               4 * (size_t)c->n_vocab;
+    r->state = kvq_session_state_bytes(s) + 4 * (size_t)c->n_vocab; /* activations + one logits row */
     r->H = c->n_head_kv;
     r->G = c->n_head / c->n_head_kv;
     r->d = c->head_dim;
@@ -209,7 +206,9 @@ int cmd_memplan(int argc, char **argv) {
     const size_t weights = (size_t)st.st_size;
     kvq_model *m = NULL;
     if (kvq_model_load(&m, model, err, sizeof err)) { fprintf(stderr, "kvq memplan: %s\n", err); free(pols); return 1; }
-    const kvq_model_config *mc = &m->cfg;
+    kvq_model_info mc_info;
+    kvq_model_get_info(m, &mc_info);
+    const kvq_model_info *mc = &mc_info;
     char mname[128];
     {
         const char *b = strrchr(model, '/');
@@ -234,7 +233,7 @@ int cmd_memplan(int argc, char **argv) {
     const size_t budget = mem >= (double)SIZE_MAX ? SIZE_MAX : (size_t)mem;
     if (!json) {
         printf("model %s (%s): weights %.1f MiB, budget %.2f GiB, context %zu, prompt chunks of %d, %d threads\n", mname,
-               mc->arch_name, (double)weights / 1048576.0, (double)budget / 1073741824.0, ctx_model, batch, threads);
+               mc->arch, (double)weights / 1048576.0, (double)budget / 1073741824.0, ctx_model, batch, threads);
         printf("%-34s %9s %6s %9s %12s %10s", "policy", "B/token", "bits", "x f16@long", "max_ctx", "runtime");
         for (int j = 0; j < npoints; j++) printf(" %9ld%s", points[j] >= 1024 && points[j] % 1024 == 0 ? points[j] / 1024 : points[j],
                                                  points[j] >= 1024 && points[j] % 1024 == 0 ? "K" : " ");
@@ -254,7 +253,7 @@ int cmd_memplan(int argc, char **argv) {
             ret = 2;
             continue;
         }
-        if ((rc = kvq_session_create(&s, m, &sp, NULL)) || (rc = build_runtime(m, pols[i].k, batch, threads, (size_t)overhead, &rt))) {
+        if ((rc = kvq_session_create(&s, m, &sp, NULL)) || (rc = build_runtime(m, s, pols[i].k_spec, batch, threads, (size_t)overhead, &rt))) {
             fprintf(stderr, "kvq memplan: policy %s: %s\n", name, kvq_strerror(rc));
             kvq_session_free(s);
             ret = 2;
@@ -309,7 +308,7 @@ int cmd_memplan(int argc, char **argv) {
         if (json) {
             printf("{\"tool\":\"memplan\",\"model\":\"%s\",\"arch\":\"%s\",\"n_layers\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
                    "\"n_ctx_train\":%d,",
-                   mname, mc->arch_name, mc->n_layers, mc->n_head_kv, mc->head_dim, mc->n_ctx_train);
+                   mname, mc->arch, mc->n_layers, mc->n_head_kv, mc->head_dim, mc->n_ctx_train);
             tool_policy_json(&pols[i], stdout);
             printf(",\"mem_bytes\":%zu,\"weights_bytes\":%zu,\"kv_bytes_per_token\":%zu,\"f16_kv_bytes_per_token\":%zu,"
                    "\"bits_per_value\":%.4f,\"bits_k\":%.4f,\"bits_v\":%.4f,\"bits_per_value_all_layers\":%.4f,"

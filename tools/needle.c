@@ -81,10 +81,10 @@ static int parse_depths(const char *s, double *out, int max) {
 }
 
 /* 1 if token id's text ends a sentence. */
-static int ends_sentence(const kvq_tokenizer *t, int32_t id) {
+static int ends_sentence(const kvq_model *t, int32_t id) {
     char buf[64];
     size_t n = 0;
-    if (kvq_tok_decode_piece(t, id, buf, sizeof buf, &n) != KVQ_OK || n == 0) return 0;
+    if (kvq_token_to_piece(t, id, buf, sizeof buf, &n) != KVQ_OK || n == 0) return 0;
     while (n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\n')) n--;
     return n > 0 && (buf[n - 1] == '.' || buf[n - 1] == '!' || buf[n - 1] == '?');
 }
@@ -142,12 +142,12 @@ static int answer(const eval_env *e, tool_policy *pol, const eval_common *co, in
     for (int g = 0; !rc && g < gen; g++) {
         int32_t next = 0;
         float best = logits[0];
-        for (int i = 1; i < e->m->cfg.n_vocab; i++)
+        for (int i = 1; i < e->info.n_vocab; i++)
             if (logits[i] > best) { best = logits[i]; next = i; }
-        if (kvq_tok_is_eog(e->tok, next)) break;
+        if (kvq_token_is_eog(e->m, next)) break;
         char piece[128];
         size_t pn = 0;
-        if (kvq_tok_decode_piece(e->tok, next, piece, sizeof piece, &pn) != KVQ_OK) pn = 0;
+        if (kvq_token_to_piece(e->m, next, piece, sizeof piece, &pn) != KVQ_OK) pn = 0;
         int stop = 0;
         for (size_t i = 0; i < pn; i++) {
             int d = isdigit((unsigned char)piece[i]);
@@ -213,7 +213,7 @@ int cmd_needle(int argc, char **argv) {
 
     eval_env e;
     if (eval_env_open(&e, "needle", co.model, co.threads)) return 1;
-    const kvq_model_config *mc = &e.m->cfg;
+    const kvq_model_info *mc = &e.info;
     if (nc.chat < 0) nc.chat = eval_model_has_chat(&e);
     int ret = 1, rc = 0;
     char *src = NULL, *chat_text = NULL;
@@ -241,11 +241,11 @@ int cmd_needle(int argc, char **argv) {
                     strerror(errno));
             goto done;
         }
-        if ((rc = eval_tokenize(e.tok, src, len, 0, 0, &fill, &nfill))) goto tokfail;
+        if ((rc = eval_tokenize(e.m, src, len, 0, 0, &fill, &nfill))) goto tokfail;
     } else {
         int32_t *unit = NULL;
         size_t nu = 0;
-        if ((rc = eval_tokenize(e.tok, GRASS, strlen(GRASS), 0, 0, &unit, &nu))) goto tokfail;
+        if ((rc = eval_tokenize(e.m, GRASS, strlen(GRASS), 0, 0, &unit, &nu))) goto tokfail;
         long maxc = 0;
         for (int c = 0; c < nctx; c++) maxc = ctxs[c] > maxc ? ctxs[c] : maxc;
         nfill = ((size_t)maxc / nu + 2) * nu;
@@ -263,19 +263,19 @@ int cmd_needle(int argc, char **argv) {
             snprintf(user, sizeof user, "%s%s%s", INTRO, SENTINEL, QUESTION);
             size_t need = 0;
             char probe[1];
-            rc = kvq_tok_chat_format(e.tok, mc->arch_name, NULL, user, probe, sizeof probe, &need);
+            rc = kvq_chat_format(e.m, NULL, user, probe, sizeof probe, &need);
             if (rc && rc != KVQ_ERR_RANGE) { fprintf(stderr, "kvq needle: chat format: %s\n", kvq_strerror(rc)); goto done; }
             chat_text = malloc(need + 1);
             if (!chat_text) goto nomem;
-            if ((rc = kvq_tok_chat_format(e.tok, mc->arch_name, NULL, user, chat_text, need + 1, &need))) goto done;
+            if ((rc = kvq_chat_format(e.m, NULL, user, chat_text, need + 1, &need))) goto done;
             char *cut = strstr(chat_text, SENTINEL);
             if (!cut) { fprintf(stderr, "kvq needle: chat format lost the prompt\n"); goto done; }
             *cut = 0;
             pre_text = chat_text;
             snprintf(post_text, sizeof post_text, "%sThe pass key is", cut + strlen(SENTINEL));
         } else snprintf(post_text, sizeof post_text, "%s The pass key is", QUESTION);
-        if ((rc = eval_tokenize(e.tok, pre_text, strlen(pre_text), 1, nc.chat, &pre, &npre))) goto tokfail;
-        if ((rc = eval_tokenize(e.tok, post_text, strlen(post_text), 0, nc.chat, &post, &npost))) goto tokfail;
+        if ((rc = eval_tokenize(e.m, pre_text, strlen(pre_text), 1, nc.chat, &pre, &npre))) goto tokfail;
+        if ((rc = eval_tokenize(e.m, post_text, strlen(post_text), 0, nc.chat, &post, &npost))) goto tokfail;
     }
     long maxc = 0;
     for (int c = 0; c < nctx; c++) maxc = ctxs[c] > maxc ? ctxs[c] : maxc;
@@ -312,7 +312,7 @@ int cmd_needle(int argc, char **argv) {
                 snprintf(ntext, sizeof ntext, " The pass key is %.15s. Remember it. %.15s is the pass key.", key, key);
                 int32_t *nid = NULL;
                 size_t nn = 0;
-                if ((rc = eval_tokenize(e.tok, ntext, strlen(ntext), 0, 0, &nid, &nn))) goto tokfail;
+                if ((rc = eval_tokenize(e.m, ntext, strlen(ntext), 0, 0, &nid, &nn))) goto tokfail;
                 long F = ctx - (long)npre - (long)nn - (long)npost - nc.gen;
                 if (F < 0 || (size_t)F > nfill) {
                     fprintf(stderr, "kvq needle: ctx %ld too %s for the prompt\n", ctx, F < 0 ? "short" : "long");
@@ -324,13 +324,13 @@ int cmd_needle(int argc, char **argv) {
                     off = (size_t)(splitmix64(&st) % (nfill - (size_t)F));
                     /* start after a sentence end when one is near */
                     for (size_t k = 0; k < 200 && off + k + 1 + (size_t)F <= nfill; k++)
-                        if (ends_sentence(e.tok, fill[off + k])) { off += k + 1; break; }
+                        if (ends_sentence(e.m, fill[off + k])) { off += k + 1; break; }
                 }
                 const int32_t *fl = fill + off;
                 size_t ins = (size_t)llround(depths[d] * (double)F);
                 if (ins > 0 && ins < (size_t)F)
                     for (size_t k = 0; k < 200 && ins + k < (size_t)F; k++)
-                        if (ends_sentence(e.tok, fl[ins + k - 1])) { ins += k; break; }
+                        if (ends_sentence(e.m, fl[ins + k - 1])) { ins += k; break; }
                 size_t n = 0;
                 memcpy(prompt + n, pre, sizeof(int32_t) * npre);
                 n += npre;

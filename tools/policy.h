@@ -1,32 +1,13 @@
 /*
- * Cache policies as one string, shared by the evaluation tools (bench,
- * memplan, ppl, kld, needle, gen-check, ...).
- *
- * A policy is a comma-separated list of fields; the first may be a shorthand:
- *
- *   SPEC                 keys and values with the same method      tq-mse:4
- *   KSPEC/VSPEC          keys / values                              q8/tq-mse:4
- *   k=SPEC  v=SPEC       the same, field by field                   k=tq-prod:3,v=q8
- *   w=N                  f16 window of the N most recent tokens     tq-mse:3,w=128
- *   f16layers=L;L;...    layers kept in f16; negative counts from   q4,f16layers=0;-1
- *                        the end (-1 = last layer)
- *   sliding=1            compress sliding-window layers too (Gemma 3;
- *                        default 0: only global layers are compressed)
- *   calib=N              tokens kept f16 until the per-head +center /
- *                        +chscale / +outliers plans are calibrated on them
- *                        (default 128), then encoded like the others
- *
- * SPEC is a method of docs/METHODS.md (it never holds ',' or '/'); missing
- * K or V means f16. Examples: "f16", "q8/q8" (= "q8"),
- * "k=q8,v=tq-mse:4,w=128", "tq-mse:4+outliers=8/tq-mse:4", "tq-mse:3,sliding=1".
+ * Cache policies of the engine tools (bench, memplan, ppl, kld, needle,
+ * gen-check, run): the library's kvq_policy (grammar: include/kvq.h, "Cache
+ * policies"; one parser for the CLI and the Python package), plus what only
+ * the command line needs: the per-field options, lists of policies, JSON.
  *
  * A list of policies (--policies) separates them with spaces or '|':
  *   --policies "f16 q8 tq-mse:4 tq-mse:4,w=128"
- *
- * The canonical name (tool_policy_name) is the shortest form with the fields
- * in the order above: "tq-mse:4", "q8/tq-mse:4,w=128", "tq-mse:3,f16layers=0;-1".
- * Tools print it as "policy" in their JSON results, followed by the fields
- * (tool_policy_json).
+ * Tools print the canonical name (kvq_policy_name) as "policy" in their JSON
+ * results, followed by the fields (tool_policy_json).
  */
 #ifndef KVQ_TOOLS_POLICY_H
 #define KVQ_TOOLS_POLICY_H
@@ -34,27 +15,18 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/model.h"
+#include "kvq.h"
+#include "kvq_engine.h"
 
-#define TOOL_POLICY_SPEC 80       /* longest method spec + 1 */
-#define TOOL_POLICY_MAX_F16 64    /* f16 layers listed in one policy */
-#define TOOL_POLICY_NAME 256
+#define TOOL_POLICY_MAX_F16 KVQ_POLICY_MAX_F16
+#define TOOL_POLICY_NAME KVQ_POLICY_NAME_MAX
 
-typedef struct tool_policy {
-    char k[TOOL_POLICY_SPEC], v[TOOL_POLICY_SPEC]; /* methods ("f16" by default) */
-    int window;                                    /* f16 window (0 = none) */
-    int f16_layers[TOOL_POLICY_MAX_F16];           /* as written (may be negative) */
-    int n_f16_layers;
-    int compress_sliding;                          /* 1: sliding-window layers compressed too */
-    int calib_tokens;                              /* calibration tokens (0 = the cache's default) */
-    /* filled by tool_policy_session_params: indices resolved for the model */
-    int resolved[TOOL_POLICY_MAX_F16];
-} tool_policy;
+typedef kvq_policy tool_policy;
 
 /* f16 keys and values, no window, no f16 layers. */
-void tool_policy_init(tool_policy *p);
+#define tool_policy_init kvq_policy_init
 
-/* Parses one policy; 0 on success, else -1 with a reason in err. */
+/* Parses one policy (kvq_policy_parse); 0 on success, else -1 with a reason in err. */
 int tool_policy_parse(const char *s, tool_policy *p, char *err, size_t err_cap);
 
 /*
@@ -77,10 +49,10 @@ int tool_policy_list(const char *s, tool_policy *out, int max, char *err, size_t
 void tool_policy_name(const tool_policy *p, char *buf, size_t cap);
 
 /*
- * Fills the cache fields of session params (k_spec, v_spec, f16_window,
- * f16_layers, n_f16_layers, compress_sliding, calib_tokens) for a model of n_layers
- * layers. The params point into p, which must outlive the session creation.
- * -1 (reason in err) if an f16 layer is out of range.
+ * Fills the cache fields of session params (kvq_session_params_set_policy)
+ * after checking the f16 layers against a model of n_layers layers; sp
+ * points into p, which must outlive the session creation. -1 (reason in err)
+ * if an f16 layer is out of range.
  */
 int tool_policy_session_params(tool_policy *p, int n_layers, kvq_session_params *sp, char *err, size_t err_cap);
 

@@ -111,7 +111,7 @@ int cmd_ppl(int argc, char **argv) {
     if (!text) { fprintf(stderr, "kvq ppl: %s: %s\n", text_path, strerror(errno)); return 1; }
     eval_env e;
     if (eval_env_open(&e, "ppl", co.model, co.threads)) { free(text); return 1; }
-    const kvq_model_config *mc = &e.m->cfg;
+    const kvq_model_info *mc = &e.info;
     int ret = 1, rc;
     int32_t *ids = NULL, *win = NULL, *top = NULL;
     float *logits = NULL;
@@ -121,7 +121,7 @@ int cmd_ppl(int argc, char **argv) {
     if (!ps) goto done;
     if (mc->n_ctx_train > 0 && ctx > mc->n_ctx_train)
         fprintf(stderr, "kvq ppl: warning: --ctx %ld beyond the model's training context %d\n", ctx, mc->n_ctx_train);
-    if ((rc = eval_tokenize(e.tok, text, tlen, 0, 0, &ids, &nt))) {
+    if ((rc = eval_tokenize(e.m, text, tlen, 0, 0, &ids, &nt))) {
         fprintf(stderr, "kvq ppl: tokenize: %s\n", kvq_strerror(rc));
         goto done;
     }
@@ -156,7 +156,7 @@ int cmd_ppl(int argc, char **argv) {
     double toks = 0;
     for (size_t w = 0; w < nwin && !eval_interrupted(); w++) {
         memcpy(win, ids + w * C, sizeof(int32_t) * C);
-        if (e.add_bos) win[0] = kvq_tok_bos(e.tok);
+        if (e.add_bos) win[0] = e.info.bos;
         for (int p = 0; p < np; p++) {
             kvq_session *s = NULL;
             if ((rc = eval_session(&e, &ps[p].pol, B ? (int)B : (int)C, co.f32_acts, co.seed, NULL, NULL, &s))) goto done;

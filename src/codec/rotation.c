@@ -3,11 +3,12 @@
  * Power-of-two d: two rounds of the randomized Hadamard transform,
  *   y = (1/d) H_d (s2 ⊙ (H_d (s1 ⊙ x))),  s1, s2 in {±1}^d from the seed,
  * H_d the Walsh-Hadamard matrix applied by the in-place fast transform.
- * One round (DESIGN.md's formula) maps a spike e_j to a flat ±1/sqrt(d)
- * vector whatever the signs, so a key with one dominant channel gives
- * bimodal, not Gaussian, coordinates and the Lloyd-Max codebook no longer
- * fits; the second round makes every coordinate a random-sign sum of d
- * terms (≈ Gaussian by the CLT). Cost: one more d log d pass.
+ * One round (the textbook form; DESIGN.md §2.1 says why kvq uses two) maps
+ * a spike e_j to a flat ±1/sqrt(d) vector whatever the signs, so a key with
+ * one dominant channel gives bimodal, not Gaussian, coordinates and the
+ * Lloyd-Max codebook no longer fits; the second round makes every coordinate
+ * a random-sign sum of d terms (≈ Gaussian by the CLT). Cost: one more
+ * d log d pass.
  * Other d: a seeded Haar-random orthogonal Q (modified Gram-Schmidt QR of a
  * Gaussian matrix in double precision, with R's diagonal made positive,
  * which is what makes Q Haar-distributed; Mezzadri 2007).

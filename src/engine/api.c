@@ -77,6 +77,7 @@ int kvq_model_get_info(const kvq_model *m, kvq_model_info *out) {
     out->has_rope_freqs = m->rope_freqs != NULL;
     out->n_swa = c->n_swa;
     for (int l = 0; l < c->n_layers; l++) out->n_swa_layers += c->sliding_window[l] > 0;
+    out->sliding_window = c->sliding_window;
     out->norm_eps = c->norm_eps;
     out->attn_scale = c->attn_scale;
     out->embd_scale = c->embd_scale;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "kvq.h"
+#include "kvq_engine.h" /* the public kvq_gguf_open, kvq_gguf_close, kvq_ggml_type_name */
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32

@@ -30,7 +30,7 @@
 #include "kvq_engine.h"
 #include "tokenizer.h"
 
-#define KVQ_MAX_LAYERS 512
+
 
 typedef enum kvq_arch { KVQ_ARCH_LLAMA = 0, KVQ_ARCH_QWEN2 = 1, KVQ_ARCH_GEMMA3 = 2 } kvq_arch;
 typedef enum kvq_rope_type { KVQ_ROPE_NORM = 0, KVQ_ROPE_NEOX = 2 } kvq_rope_type;
