@@ -77,6 +77,7 @@ class ModelInfoStruct(Structure):
         ("n_vocab", c_int), ("n_ctx_train", c_int), ("n_rot", c_int), ("rope_neox", c_int),
         ("rope_base", c_float), ("rope_base_swa", c_float), ("rope_freq_scale", c_float),
         ("has_rope_freqs", c_int), ("n_swa", c_int), ("n_swa_layers", c_int),
+        ("sliding_window", POINTER(c_int)),  # (n_layers), points into the model
         ("norm_eps", c_float), ("attn_scale", c_float), ("embd_scale", c_float), ("final_softcap", c_float),
         ("gelu", c_int), ("qk_norm", c_int), ("post_norms", c_int), ("qkv_bias", c_int), ("tied_output", c_int),
         ("has_tokenizer", c_int), ("has_chat_template", c_int), ("add_bos", c_int),
@@ -201,11 +202,24 @@ _ENGINE = {
 }
 
 
+_missing = []
+
+
 def _declare(lib: ctypes.CDLL, table: dict) -> None:
     for name, (res, args) in table.items():
-        fn = getattr(lib, name)  # AttributeError names a function the library lacks
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:  # calling it raises AttributeError; tests/python checks none is missing
+            _missing.append(name)
+            continue
         fn.restype = res
         fn.argtypes = args
+
+
+def missing_functions() -> list:
+    """Functions of the headers the loaded libraries lack (loads libkvq-engine)."""
+    engine()
+    return list(_missing)
 
 
 core = ctypes.CDLL(_find("kvq"))

@@ -558,6 +558,7 @@ class KVCacheBuilder:
 
     def __init__(self) -> None:
         self._layers, self._heads, self._dim = 1, 1, 128
+        self._method: Optional[str] = None
         self._kmethod: Optional[str] = None
         self._vmethod: Optional[str] = None
         self._kbits: Optional[int] = None
@@ -573,8 +574,9 @@ class KVCacheBuilder:
 
     def with_method(self, method: str) -> "KVCacheBuilder":
         """Method of keys and values (a key-only method gives values tq-mse:B)."""
-        self._kmethod = method
-        self._vmethod = None
+        self._method = method
+        self._kmethod = self._vmethod = None
+        self._kbits = self._vbits = None
         return self
 
     def with_key_method(self, method: str, bits: Optional[int] = None) -> "KVCacheBuilder":
@@ -646,7 +648,7 @@ class KVCacheBuilder:
         """A whole policy string ("q8/tq-mse:4,w=128"), parsed now; later with_* calls
         override its fields."""
         self._policy = as_policy(policy)
-        self._kmethod = self._vmethod = None
+        self._method = self._kmethod = self._vmethod = None
         self._fields = {}
         return self
 
@@ -663,12 +665,13 @@ class KVCacheBuilder:
         """The policy build() would use."""
         pol = self._policy or Policy("f16")
         fields = dict(self._fields)
-        if self._kmethod is not None:
-            fields["k_spec"] = self._spec(self._kmethod, self._kbits)
+        km = self._kmethod if self._kmethod is not None else self._method
+        if km is not None:
+            fields["k_spec"] = self._spec(km, self._kbits)
         vm = self._vmethod
-        if vm is None and self._kmethod is not None:
-            key = self._kmethod.strip().lower().replace("-", "_")
-            vm = "turboquant_mse" if key in _KEY_ONLY else self._kmethod
+        if vm is None and self._method is not None:
+            key = self._method.strip().lower().replace("-", "_")
+            vm = "turboquant_mse" if key in _KEY_ONLY else self._method
         if vm is not None:
             fields["v_spec"] = self._spec(vm, self._vbits)
         return pol.replace(**fields) if fields else pol

@@ -161,6 +161,8 @@ class Model:
         check(lib.kvq_model_get_info(out.value, ctypes.byref(st)), "kvq_model_get_info")
         raw = {}
         for name, _t in st._fields_:
+            if name == "sliding_window":
+                continue  # a pointer into the model: read through kvq_model_layer_window below
             v = getattr(st, name)
             raw[name] = v.decode("utf-8", "replace") if isinstance(v, bytes) else (list(v) if name == "type_count" else v)
         windows = tuple(lib.kvq_model_layer_window(out.value, l) for l in range(st.n_layers))

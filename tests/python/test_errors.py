@@ -47,7 +47,7 @@ def test_error_carries_status_reason_argument():
         kvq.Plan("tq-mse:4+outliers=8", 128)
 
 
-@pytest.mark.parametrize("spec", ["", "tq-mse", "tq-mse:", "tq-mse:4+", "tq-mse:4+bogus", "q8+m=-1", "\x00",
+@pytest.mark.parametrize("spec", ["", "tq-mse:", "tq-mse:4+", "tq-mse:4+bogus", "q8+m=-1", "\x00",
                                   "tq-mse:4\x00junk", "é" * 100, "x" * 10000, "tq-mse:4+outliers=100000",
                                   "rvq:99", "polar:1", "tq-prod:1"])
 def test_bad_specs(spec):

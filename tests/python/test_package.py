@@ -36,6 +36,10 @@ def test_installed_not_source_tree():
     assert kvq.cpu_isa() in ("scalar", "avx2", "avx512")
 
 
+def test_every_header_function_is_bound():
+    assert kvq._lib.missing_functions() == []
+
+
 def test_help_reads_well():
     text = pydoc.render_doc(kvq.Cache, renderer=pydoc.plaintext)
     for word in ("attend", "append", "memory_plan", "max_tokens", "f16_bytes", "truncate", "GIL"):
