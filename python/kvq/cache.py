@@ -9,10 +9,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from . import _lib
-from ._errors import BitsRangeError, InvalidArgumentError, UnknownMethodError, check
+from ._errors import BitsRangeError, ClosedError, InvalidArgumentError, UnknownMethodError, check
 from ._util import Handle, as_f32, check_int, check_out
 
 _c = _lib.core
+_F32 = np.dtype(np.float32)
 
 
 # ---------------------------------------------------------------- policies
@@ -225,6 +226,7 @@ class Cache:
         self._h = Handle(out.value, self._free, "kvq.Cache")
         self._seed = cfg.seed
         self._reference = bool(reference_kernels)
+        self._scale = 1.0 / math.sqrt(self._head_dim)
 
     @classmethod
     def _borrowed(cls, ptr: int, owner: Handle, lock: threading.Lock, n_layers: int, n_kv_heads: int,
@@ -240,6 +242,7 @@ class Cache:
         self._f16_twin = None
         self._seed = 0
         self._reference = False
+        self._scale = 1.0 / math.sqrt(head_dim)
         pools = self._pools
         self._h = Handle(ptr, lambda _p: pools.free(), "kvq.Cache (session's)", deps=(owner,))
         return self
@@ -252,7 +255,8 @@ class Cache:
     def close(self) -> None:
         """Frees the cache (also done when it is garbage-collected)."""
         if self._h is not None:
-            self._h.close()
+            with self._lock:
+                self._h.close()
         if self._f16_twin is not None:
             self._f16_twin.close()
 
@@ -273,15 +277,17 @@ class Cache:
             pass
 
     def _enter(self) -> int:
+        """Takes the cache's lock (one caller at a time) and returns the pointer;
+        ClosedError if closed. close() takes the same lock, so no call is in
+        flight when the cache is freed."""
         self._lock.acquire()
-        try:
-            return self._h.acquire()
-        except BaseException:
+        ptr = self._h._ptr
+        if ptr is None or self._h._closed:
             self._lock.release()
-            raise
+            raise ClosedError("kvq.Cache is closed")
+        return ptr
 
     def _leave(self) -> None:
-        self._h.release()
         self._lock.release()
 
     # ------------------------------------------------------------ properties
@@ -347,39 +353,60 @@ class Cache:
         queries sit at positions pos0 .. pos0+tokens-1 (default: the last
         ``tokens`` positions of the layer); token t sees positions <= pos0+t
         (and only the layer's window on sliding-window layers). scale
-        multiplies q.k (default 1/sqrt(head_dim)). Returns out, the same
-        shape as q. threads: pool size (default: the cache's); results do not
-        depend on it.
+        multiplies q.k (default 1/sqrt(head_dim)). Returns out (a new array,
+        or the given float32 array of q's shape, written in place). threads:
+        pool size (default: the cache's); results do not depend on it. The
+        kernel runs with the GIL released.
         """
-        layer = self._layer(layer)
-        q = as_f32(q, "q", (2, 3), last=self._head_dim)
-        nq = 1 if q.ndim == 2 else q.shape[0]
-        hq = q.shape[-2]
+        # fast path: the common, valid call costs a few attribute checks (the
+        # full checks below give the precise errors)
+        if type(layer) is not int or not 0 <= layer < self._n_layers:
+            layer = self._layer(layer)
+        if not (type(q) is np.ndarray and q.dtype is _F32 and q.flags.c_contiguous and q.ndim in (2, 3)
+                and q.shape[-1] == self._head_dim):
+            q = as_f32(q, "q", (2, 3), last=self._head_dim)
+        shape = q.shape
+        nq = shape[0] if len(shape) == 3 else 1
+        hq = shape[-2]
         if hq <= 0 or hq % self._n_kv_heads:
             raise InvalidArgumentError(f"q has {hq} heads, not a positive multiple of n_kv_heads = "
-                                       f"{self._n_kv_heads}", status=-2, argument=q.shape)
-        res = check_out(out, q.shape)
+                                       f"{self._n_kv_heads}", status=-2, argument=shape)
+        if out is None:
+            res = np.empty(shape, dtype=np.float32)
+        elif type(out) is np.ndarray and out.dtype is _F32 and out.shape == shape and out.flags.c_contiguous \
+                and out.flags.writeable:
+            res = out
+        else:
+            res = check_out(out, shape)
         if scale is None:
-            scale = 1.0 / math.sqrt(self._head_dim)
-        scale = float(scale)
-        if not math.isfinite(scale):
-            raise InvalidArgumentError(f"scale = {scale} is not finite", status=-2, argument=scale)
-        t = self._threads if threads is None else check_int(threads, "threads", 1, 1024)
+            scale = self._scale
+        else:
+            scale = float(scale)
+            if not math.isfinite(scale):
+                raise InvalidArgumentError(f"scale = {scale} is not finite", status=-2, argument=scale)
+        if threads is None:
+            t = self._threads
+        else:
+            t = check_int(threads, "threads", 1, 1024)
+        pool = self._pools.get(t) if t > 1 else None
+        if pos0 is not None and (type(pos0) is not int or pos0 < 0):
+            pos0 = check_int(pos0, "pos0", 0, _lib.SIZE_MAX)
         p = self._enter()
         try:
-            n = _c.kvq_cache_len(p, layer)
             if pos0 is None:
+                n = _c.kvq_cache_len(p, layer)
                 if nq > n:
                     raise InvalidArgumentError(f"{nq} query tokens but layer {layer} holds {n} positions",
                                                status=-2, argument=nq)
-                pos0 = n - nq
+                start = n - nq
             else:
-                pos0 = check_int(pos0, "pos0", 0, _lib.SIZE_MAX)
+                start = pos0
             if nq == 0:
                 return res
-            check(_c.kvq_cache_attend(p, layer, q.ctypes.data, nq, hq, pos0, scale, res.ctypes.data,
-                                      self._pools.get(t)), "kvq_cache_attend",
-                  argument=f"layer {layer}, pos0 {pos0}, {nq} tokens, len {n}")
+            rc = _c.kvq_cache_attend(p, layer, q.ctypes.data, nq, hq, start, scale, res.ctypes.data, pool)
+            if rc:
+                n = _c.kvq_cache_len(p, layer)
+                check(rc, "kvq_cache_attend", argument=f"layer {layer}, pos0 {start}, {nq} tokens, len {n}")
         finally:
             self._leave()
         return res
