@@ -102,6 +102,8 @@ typedef enum kvq_isa {
 KVQ_API kvq_isa kvq_cpu_isa(void);
 /* Name of an ISA ("scalar", "avx2", "avx512"). */
 KVQ_API const char *kvq_isa_name(kvq_isa isa);
+/* 1 if the running CPU has AVX-512 VNNI (8-bit dot products; 0 under KVQ_NO_X86). */
+KVQ_API int kvq_cpu_has_avx512vnni(void);
 
 /* ------------------------------------------------------------------------ */
 /* Thread pool (create once, reuse for every call that takes one)            */
