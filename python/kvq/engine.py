@@ -598,14 +598,15 @@ class Generation:
             ids = _ids(prompt, model.info.n_vocab, "prompt").tolist()
         self.prompt_tokens: List[int] = list(ids)
         self.n_prompt = len(ids)
+        self._own = False
+        if self.n_prompt == 0 and (not isinstance(cache, Session) or cache.pos == 0):
+            raise InvalidArgumentError("the prompt has no tokens", status=-2, argument=prompt)
         self.sampler = Sampler(model.info.n_vocab, temperature, top_k, top_p, min_p, repeat_penalty,
                                repeat_last_n, seed)
         if isinstance(cache, Session):
-            self.session, self._own = cache, False
+            self.session = cache
         else:
             self.session, self._own = model.session(cache, threads), True
-        if self.n_prompt == 0 and self.session.pos == 0:
-            raise InvalidArgumentError("the prompt has no tokens", status=-2, argument=prompt)
         self.tokens: List[int] = []
         self.stop: Optional[str] = None
         self.prompt_seconds = 0.0
@@ -677,8 +678,10 @@ class Generation:
 
     def close(self) -> None:
         """Stops the generation and frees its session (if it made one)."""
-        self._it.close()
-        if self._own:
+        it = getattr(self, "_it", None)
+        if it is not None:
+            it.close()
+        if getattr(self, "_own", False):
             self.session.close()
 
     def __del__(self) -> None:

@@ -153,6 +153,14 @@ def test_generation_object(smollm):
     g.close()
     g2 = smollm.generate("Hello", max_tokens=0)
     assert list(g2) == [] and g2.stop == "length"
+    with pytest.raises(kvq.InvalidArgumentError):
+        smollm.generate([], max_tokens=3)
+    with pytest.raises(TypeError):
+        smollm.generate([1, 2], chat=True)
+    with pytest.raises(kvq.InvalidArgumentError):
+        smollm.generate("Hello", max_tokens=-1)
+    with pytest.raises(kvq.UnknownMethodError):
+        smollm.generate("Hello", cache="tq-zip:4")
     with smollm.session("f16") as s:
         a = smollm.generate("Once upon a time", max_tokens=4, temperature=0, cache=s, tokens=True)
         first = list(a)
