@@ -7,7 +7,7 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _lib
-from ._errors import check
+from ._errors import InvalidArgumentError, check
 from ._util import Handle, as_f32, check_array, check_int, check_out
 
 _lib_core = _lib.core
@@ -148,6 +148,26 @@ class Plan:
         check(_lib_core.kvq_spec_needs_calibration(spec.encode(), ctypes.byref(v)), "kvq_spec_needs_calibration",
               argument=spec)
         return bool(v.value)
+
+    def clone(self, isa: str = "scalar") -> "Plan":
+        """A copy of the plan on the kernels of another ISA ("scalar": the portable
+        C reference; "avx2", "avx512"), same codes and scores up to float rounding.
+        UnsupportedError if this CPU lacks the ISA (kvq_plan_clone_isa)."""
+        codes = {v: k for k, v in _ISA.items()}
+        if isa not in codes or isa == "best":
+            raise InvalidArgumentError(f"isa must be one of scalar, avx2, avx512, not {isa!r}", status=-2,
+                                       argument=isa)
+        out = ctypes.c_void_p()
+        p = self._h.acquire()
+        try:
+            check(_lib_core.kvq_plan_clone_isa(ctypes.byref(out), p, codes[isa]), "kvq_plan_clone_isa", argument=isa)
+        finally:
+            self._h.release()
+        twin = Plan.__new__(Plan)
+        twin.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_h"})
+        twin._h = Handle(out.value, _lib_core.kvq_plan_free, f"kvq.Plan({self._spec!r}, {self._dim}, {isa})")
+        twin._isa = _ISA.get(_lib_core.kvq_plan_isa(out.value), "?")
+        return twin
 
     def close(self) -> None:
         """Frees the plan (also done when it is garbage-collected)."""

@@ -162,3 +162,19 @@ def test_no_copy_of_inputs(rng):
         p.encode(np.asfortranarray(gauss(rng, 10, 128)))
     with pytest.raises(ValueError, match="C-contiguous"):
         p.encode(gauss(rng, 10, 256)[:, ::2])
+
+
+def test_clone_isa(rng):
+    p = kvq.Plan("tq-mse:4", 128, seed=9)
+    ref = p.clone("scalar")
+    assert ref.isa == "scalar" and ref.spec == p.spec
+    x, q = gauss(rng, 64, 128), gauss(rng, 3, 128)
+    assert np.array_equal(ref.encode(x), p.encode(x))  # the encoders agree bit for bit (test_tq_encode)
+    assert np.allclose(ref.score(q, p.encode(x)), p.score(q, p.encode(x)), rtol=1e-5, atol=1e-4)
+    for isa in ("avx2", "avx512"):
+        try:
+            assert p.clone(isa).isa == isa
+        except kvq.UnsupportedError as e:  # the CPU lacks it
+            assert e.status == -15 and e.argument == isa
+    with pytest.raises(kvq.InvalidArgumentError):
+        p.clone("neon")
