@@ -13,7 +13,7 @@ ncu --clock-control none -k regex:attn_kernel -s 5 -c 1 --section SpeedOfLight -
   --section ComputeWorkloadAnalysis ./$B/cuda_attn --no-encode --policy "$POL" --shape $SB $SC --runs 8 >"$O/ncu.txt" 2>&1
 grep -E "attn_kernel|Duration|Throughput|Warp Cycles|Stall|Achieved|Registers|Block Limit|Issued|Eligible|Active Warps|Theoretical|Shared Memory Configuration|Executed Ipc|Issue Slots|Pipe" "$O/ncu.txt" | head -70
 OBJ=$(ls $B/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq4.cu.o 2>/dev/null)
-# the wide-table kernel (one 4-bit table for K and V; attn.cuh attn_kernel_w4)
+# the wide-table kernel (one 4-bit table for K and V; attn_kernel_w4.cuh)
 FN=_ZN4kvqa14attn_kernel_w4ILi0EEEvNS_10AttnParamsE
 cuobjdump -sass -fun $FN $OBJ >"$O/sass_tq4.txt" 2>&1
 echo "SASS instructions of the tq-mse:4/4 kernel: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$O/sass_tq4.txt")"

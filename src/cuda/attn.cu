@@ -2,7 +2,7 @@
  * Host side of the attention backend: layers (policy, LUT plan, dispatch),
  * storing tokens into pages and window rings, and one decode step:
  *   prep   (query x scale x log2 e, rotated by the K plan, S q~ for QJL keys)
- *   main   (attn.cuh: split-K over the pages, one partial state per chunk)
+ *   main   (attn_launch.cuh: split-K over the pages, one partial state per chunk)
  *   window (the f16 ring, unrotated queries, one more partial state)
  *   merge  (exact: M = max m_c, l = sum 2^(m_c - M) l_c, acc likewise;
  *           one inverse rotation of the main accumulator per query head).
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.cuh"
+#include "attn_launch.cuh"
 
 #define KVQ_ATTN_DECL_K(KN, KT) KVQ_ATTN_V_FORMATS(KVQ_ATTN_DECL_ONE, KN, KT)
 KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
@@ -21,6 +21,7 @@ static const kvqa::launch_fn k_table[12][8] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)}
 
 enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
 enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4 };
+static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1, "v_format: the V formats are the first K formats");
 
 using kvqa::D;
 using kvqa::QPB;
@@ -58,16 +59,9 @@ static int k_format(const kvq_cuda_plan *p) {
     }
     return -1;
 }
+/* V formats: the first 8 K formats, in the same order (the enums agree) */
 static int v_format(const kvq_cuda_plan *p) {
-    if (p->d != D || p->sb != 2 || p->rot == 2) return -1;
-    const int w = w_index(p->bits);
-    switch (p->kind) {
-    case KVQ_LAY_F16: return VF_F16;
-    case KVQ_LAY_Q8: return VF_Q8;
-    case KVQ_LAY_TQ: return w < 0 ? -1 : VF_TQ1 + w;
-    case KVQ_LAY_RVQ: return w < 0 ? -1 : VF_RVQ1 + w;
-    }
-    return -1;
+    return p->kind == KVQ_LAY_TQPROD || p->kind == KVQ_LAY_QJL ? -1 : k_format(p);
 }
 
 /* Adds (or reuses) a lookup table; returns its offset. */
@@ -155,7 +149,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
  * the block's warps, at most 32 (64 for the wide-table kernel) per warp; 0 restores the rule. */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk) {
     if (!L) return KVQ_ERR_NULL;
-    const int tpw = L->wide ? kvqa::W4_TPW : 32;
+    const int tpw = kvqa::max_tiles_per_warp(L->wide);
     if (tiles_per_chunk < 0 || tiles_per_chunk % L->nw || tiles_per_chunk > tpw * L->nw) return KVQ_ERR_INVALID_ARG;
     L->force_ct = tiles_per_chunk;
     return KVQ_OK;
@@ -256,13 +250,9 @@ __device__ __forceinline__ void fwht_block(float *y, int c) {
 
 __global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
     __shared__ float y[D];
-#if KVQ_ATTN_PDL
     /* the main pass (launched as a programmatic dependent) may start now: it builds its
-     * tables and waits (griddepcontrol.wait) before it reads the prepared queries */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-#endif
+     * tables and waits (pdl_wait) before it reads the prepared queries */
+    kvqa::pdl_launch_dependents();
     const int s = blockIdx.y, hq = blockIdx.x, c = threadIdx.x;
     const size_t row = (size_t)s * pp.HQ + hq;
     const float x = pp.q[row * D + c] * pp.scale2;
@@ -285,74 +275,6 @@ __global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
     }
 }
 
-#ifndef KVQ_ATTN_WARP_FWHT
-#define KVQ_ATTN_WARP_FWHT 0 /* 1: prep and merge with one warp per query row (A/B: within noise to 2% slower) */
-#endif
-/* In-place Walsh-Hadamard transform of D = 128 values held by one warp, lane l holding
- * 4l .. 4l + 3: the butterflies (a + b, a - b) of fwht_block in the same order. */
-__device__ __forceinline__ void fwht_warp(float v[4], int lane) {
-    {
-        const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
-        v[0] = a0 + b0, v[1] = a0 - b0, v[2] = a1 + b1, v[3] = a1 - b1;
-    }
-    {
-        const float a0 = v[0], b0 = v[2], a1 = v[1], b1 = v[3];
-        v[0] = a0 + b0, v[2] = a0 - b0, v[1] = a1 + b1, v[3] = a1 - b1;
-    }
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) { /* h = 4m: partner lane l ^ m */
-        const bool hi = lane & m;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float o = __shfl_xor_sync(KVQ_FULL_MASK, v[j], m);
-            v[j] = hi ? o - v[j] : v[j] + o;
-        }
-    }
-}
-
-/* prep with one warp per query row (4 rows per block; was a block of D threads and 28
- * block barriers per row) */
-__global__ void __launch_bounds__(128) prep_warp_kernel(PrepParams pp) {
-    __shared__ float ys[4][D];
-#if KVQ_ATTN_PDL
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-#endif
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int s = blockIdx.y, hq = blockIdx.x * 4 + warp;
-    if (hq >= pp.HQ) return;
-    const size_t row = (size_t)s * pp.HQ + hq;
-    float v[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int c = 4 * lane + j;
-        const float x = pp.q[row * D + c] * pp.scale2;
-        pp.qraw[row * D + c] = x;
-        v[j] = pp.rot ? x * pp.signs[c] * pp.rs : x;
-    }
-    if (pp.rot) {
-        fwht_warp(v, lane);
-#pragma unroll
-        for (int j = 0; j < 4; j++) v[j] *= pp.signs[D + 4 * lane + j] * pp.rs;
-        fwht_warp(v, lane);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) pp.qprep[row * 2 * D + 4 * lane + j] = v[j];
-    if (pp.qjl) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) ys[warp][4 * lane + j] = v[j];
-        __syncwarp();
-        for (int j = 0; j < 4; j++) {
-            const int c = 4 * lane + j;
-            float acc = 0;
-            const float *Sr = pp.S + (size_t)c * D;
-            for (int k = 0; k < D; k++) acc = fmaf(Sr[k], ys[warp][k], acc);
-            pp.qprep[row * 2 * D + D + c] = acc;
-        }
-    }
-}
-
 struct MergeParams {
     const float *part;
     float *out;
@@ -363,79 +285,6 @@ struct MergeParams {
     float rs;
 };
 
-__global__ void __launch_bounds__(256) merge_kernel(MergeParams mp) {
-    extern __shared__ float msm[];
-#if KVQ_ATTN_PDL
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the partial states of the previous kernels */
-#endif
-#endif
-    const int s = blockIdx.y, hg = blockIdx.x, h = hg / mp.QG, qg = hg - h * mp.QG;
-    const int GQ = min(QPB, mp.G - qg * QPB);
-    const int NC = mp.nchunk + 1;
-    float *wts = msm, *Ls = wts + QPB * NC, *y = Ls + QPB, *yw = y + QPB * D;
-    const int len = mp.main_len[s];
-    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
-    const bool win = mp.win_len && mp.win_len[s] > 0;
-    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SF;
-    if (threadIdx.x < GQ) {
-        const int q = threadIdx.x;
-        float M = -INFINITY;
-        for (int c = 0; c < nused; c++) M = fmaxf(M, base[(size_t)c * SF + q]);
-        if (win) M = fmaxf(M, base[(size_t)mp.nchunk * SF + q]);
-        float L = 0;
-        for (int c = 0; c < NC; c++) {
-            const bool used = c < nused || (c == mp.nchunk && win);
-            const float m = used ? base[(size_t)c * SF + q] : -INFINITY;
-            const float w = (used && m != -INFINITY) ? exp2f(m - M) : 0.f;
-            wts[q * NC + c] = w;
-            if (w != 0.f) L += w * base[(size_t)c * SF + QPB + q];
-        }
-        Ls[q] = L;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < QPB * D; i += blockDim.x) {
-        const int q = i / D, c = i - q * D;
-        float acc = 0, accw = 0;
-        if (q < GQ) {
-            for (int ch = 0; ch < nused; ch++) {
-                const float w = wts[q * NC + ch];
-                if (w != 0.f) acc += w * base[(size_t)ch * SF + 2 * QPB + q * D + c];
-            }
-            const float w = wts[q * NC + mp.nchunk];
-            if (w != 0.f) accw = w * base[(size_t)mp.nchunk * SF + 2 * QPB + q * D + c];
-        }
-        y[i] = acc;
-        yw[i] = accw;
-    }
-    if (mp.rot) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d, on every row */
-        for (int pass = 0; pass < 2; pass++) {
-            for (int hh = 1; hh < D; hh <<= 1) {
-                __syncthreads();
-                for (int i = threadIdx.x; i < QPB * D / 2; i += blockDim.x) {
-                    const int q = i / (D / 2), r = i - q * (D / 2);
-                    const int c = (r / hh) * 2 * hh + (r % hh);
-                    const float a = y[q * D + c], b = y[q * D + c + hh];
-                    y[q * D + c] = a + b;
-                    y[q * D + c + hh] = a - b;
-                }
-            }
-            __syncthreads();
-            const float *sg = mp.signs + (pass ? 0 : D);
-            for (int i = threadIdx.x; i < QPB * D; i += blockDim.x) y[i] *= sg[i % D] * mp.rs;
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < GQ * D; i += blockDim.x) {
-        const int q = i / D, c = i - q * D;
-        const float L = Ls[q];
-        mp.out[((size_t)s * mp.HQ + h * mp.G + qg * QPB + q) * D + c] = L > 0 ? (y[i] + yw[i]) / L : 0.f;
-    }
-}
-
-#ifndef KVQ_ATTN_MERGE_Q
-#define KVQ_ATTN_MERGE_Q 1
-#endif
 /* The merge with one block per query head (D threads, one per coordinate; was one block of
  * 256 threads per group of 8 heads with 4 threads forming the weights: 11.3 us at 16 x 32K,
  * latency of dependent loads): the chunks' (m, l) in parallel into shared memory, every
@@ -443,11 +292,7 @@ __global__ void __launch_bounds__(256) merge_kernel(MergeParams mp) {
  * the inverse rotation by fwht_block. */
 __global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
     extern __shared__ float msm[];
-#if KVQ_ATTN_PDL
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the partial states of the previous kernels */
-#endif
-#endif
+    kvqa::pdl_wait(); /* the partial states of the previous kernels */
     const int s = blockIdx.y, hq = blockIdx.x, h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
     const int NC = mp.nchunk + 1, c = threadIdx.x;
     float *ms = msm, *ls = ms + NC, *y = ls + NC, *yw = y + D;
@@ -492,72 +337,6 @@ __global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
     mp.out[((size_t)s * mp.HQ + hq) * D + c] = L > 0 ? (y[c] + yw[c]) / L : 0.f;
 }
 
-/* The merge with one warp per query head (4 heads per block, lane l: coordinates 4l .. 4l + 3),
- * as merge_q_kernel without block barriers: the inverse rotation by fwht_warp. */
-__global__ void __launch_bounds__(128) merge_w_kernel(MergeParams mp) {
-    extern __shared__ float msm[];
-#if KVQ_ATTN_PDL
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the partial states of the previous kernels */
-#endif
-#endif
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int s = blockIdx.y, hq = blockIdx.x * 4 + warp;
-    if (hq >= mp.HQ) return;
-    const int h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
-    const int NC = mp.nchunk + 1;
-    float *ms = msm + (size_t)warp * 2 * NC, *ls = ms + NC;
-    const int len = mp.main_len[s];
-    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
-    const bool win = mp.win_len && mp.win_len[s] > 0;
-    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SF;
-    for (int ch = lane; ch < NC; ch += 32) {
-        const bool used = ch < nused || (ch == mp.nchunk && win);
-        ms[ch] = used ? base[(size_t)ch * SF + q] : -INFINITY;
-        ls[ch] = used ? base[(size_t)ch * SF + QPB + q] : 0.f;
-    }
-    __syncwarp();
-    float M = -INFINITY;
-    for (int ch = 0; ch < NC; ch++) M = fmaxf(M, ms[ch]);
-    float L = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f}, accw[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int ch = 0; ch < NC; ch++) {
-        const float m = ms[ch];
-        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        if (w != 0.f) L += w * ls[ch];
-    }
-    const float *pa = base + 2 * QPB + q * D + 4 * lane;
-    /* 8 chunks' loads in flight (the accumulation stays in chunk order) */
-#pragma unroll 8
-    for (int ch = 0; ch < nused; ch++) {
-        const float m = ms[ch];
-        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        /* a used chunk's state is written; 16-byte aligned (SF, 2 QPB, D multiples of 4 floats) */
-        const float4 f = *(const float4 *)(pa + (size_t)ch * SF);
-        const float v[4] = {f.x, f.y, f.z, f.w};
-        if (w != 0.f)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[j] += w * v[j];
-    }
-    if (win) {
-        const float m = ms[mp.nchunk];
-        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        if (w != 0.f)
-#pragma unroll
-            for (int j = 0; j < 4; j++) accw[j] = w * pa[(size_t)mp.nchunk * SF + j];
-    }
-    if (mp.rot) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
-        fwht_warp(acc, lane);
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[j] *= mp.signs[D + 4 * lane + j] * mp.rs;
-        fwht_warp(acc, lane);
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[j] *= mp.signs[4 * lane + j] * mp.rs;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        mp.out[((size_t)s * mp.HQ + hq) * D + 4 * lane + j] = L > 0 ? (acc[j] + accw[j]) / L : 0.f;
-}
-
 extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
                                void *stream) {
     if (!L || !b || (b->n_seq > 0 && (!q || !out || !b->main_len))) return KVQ_ERR_NULL;
@@ -567,45 +346,9 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     const bool win = b->win_len != NULL && L->W > 0;
     if (b->win_len && (!b->window || L->W <= 0)) return KVQ_ERR_INVALID_ARG;
     cudaStream_t st = (cudaStream_t)stream;
-    /* split-K: about 2 waves of blocks (at most 32 tiles per warp), whole warps' worth of
-     * tiles per chunk (2 rather than 8 waves: tq-mse:4/4 at 16 x 32K 12% faster on the
-     * H200, 4 x 32K 1.75x, fewer LUT builds and partial states per tile; docs/RESULTS.md) */
     const int tiles = (b->max_main_len + 15) / 16;
     const long long items = (long long)b->n_seq * L->H * L->QG;
-#ifndef KVQ_ATTN_WAVES
-#define KVQ_ATTN_WAVES 2 /* the classic kernels */
-#endif
-    const long long target = (long long)KVQ_ATTN_WAVES * L->sms * L->occ;
-    long long want = (target + items - 1) / items;
-    if (want < 1) want = 1;
-    int ct = (int)((tiles + want - 1) / want);
-    /* at least 4 tiles per warp (amortises the LUT build and the pipeline fill),
-     * at most 32 (a lane holds each tile's page) */
-    if (ct < 4 * L->nw) ct = 4 * L->nw;
-    const int tpw = L->wide ? kvqa::W4_TPW : 32;
-    if (ct > tpw * L->nw) ct = tpw * L->nw;
-    ct = ((ct + L->nw - 1) / L->nw) * L->nw;
-#ifndef KVQ_ATTN_W4_CHUNKS
-#define KVQ_ATTN_W4_CHUNKS 1
-#endif
-#if KVQ_ATTN_W4_CHUNKS
-    if (L->wide && tiles > 0) {
-        /* the wide-table kernel: the chunking with the least estimated time, waves x (tiles
-         * per warp + C0), C0 = 8 tiles per warp of fixed cost per block (64 KiB table, pipeline
-         * fill, block merge: fewer, longer blocks were faster, 16 x 32K 183 -> 170 us) */
-        const int C0 = 8, slots = L->sms * L->occ;
-        long long best = -1;
-        const int nmax = tiles / (4 * L->nw) > 1 ? tiles / (4 * L->nw) : 1;
-        for (int n = 1; n <= nmax; n++) {
-            int c = (tiles + n - 1) / n;
-            c = ((c + L->nw - 1) / L->nw) * L->nw;
-            if (c > tpw * L->nw || (n > 1 && c < 4 * L->nw)) continue;
-            const long long blocks = items * ((tiles + c - 1) / c);
-            const long long cost = ((blocks + slots - 1) / slots) * (c / L->nw + C0);
-            if (best < 0 || cost < best) best = cost, ct = c;
-        }
-    }
-#endif
+    int ct = kvqa::chunk_tiles(tiles, items, L->sms * L->occ, L->nw, L->wide);
     if (L->force_ct > 0) ct = L->force_ct;
     const int nchunk = tiles ? (tiles + ct - 1) / ct : 0;
     /* workspace: prepared queries, scaled queries, partial states */
@@ -633,11 +376,7 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     pp.signs = L->k->signs;
     pp.S = L->k->S;
     pp.rs = L->k->rot_s;
-#if KVQ_ATTN_WARP_FWHT
-    prep_warp_kernel<<<dim3((L->HQ + 3) / 4, b->n_seq), 128, 0, st>>>(pp);
-#else
     prep_kernel<<<dim3(L->HQ, b->n_seq), D, 0, st>>>(pp);
-#endif
     KVQ_CU_TRY(cudaGetLastError());
 
     kvqa::AttnParams p;
@@ -700,37 +439,10 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     mp.rot = L->v->rot == 1;
     mp.signs = L->v->signs;
     mp.rs = L->v->rot_s;
-#if KVQ_ATTN_WARP_FWHT
-    const size_t msm = (size_t)4 * 2 * (nchunk + 1) * sizeof(float);
-    auto mk = merge_w_kernel;
-    const dim3 mgrid((L->HQ + 3) / 4, b->n_seq), mblock(128);
-#elif KVQ_ATTN_MERGE_Q
+    /* one block of D threads per query head; a programmatic dependent of the main pass (or
+     * the window pass) where the device takes it: its launch overlaps their end */
     const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * D) * sizeof(float);
-    auto mk = merge_q_kernel;
-    const dim3 mgrid(L->HQ, b->n_seq), mblock(D);
-#else
-    const size_t msm = (size_t)(QPB * (nchunk + 1) + QPB + 2 * QPB * D) * sizeof(float);
-    auto mk = merge_kernel;
-    const dim3 mgrid(L->H * L->QG, b->n_seq), mblock(256);
-#endif
-    if (msm > 48 * 1024) KVQ_CU_TRY(cudaFuncSetAttribute(mk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
-#if KVQ_ATTN_PDL
-    if (L->pdl) {
-    /* a programmatic dependent launch: its launch overlaps the end of the previous kernel */
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = mgrid;
-    lc.blockDim = mblock;
-    lc.dynamicSmemBytes = msm;
-    lc.stream = st;
-    cudaLaunchAttribute at = {};
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = &at;
-    lc.numAttrs = 1;
-    KVQ_CU_TRY(cudaLaunchKernelEx(&lc, mk, mp));
-    return kvq_cuda_status(cudaGetLastError());
-    }
-#endif
-    mk<<<mgrid, mblock, msm, st>>>(mp);
-    return kvq_cuda_status(cudaGetLastError());
+    if (msm > 48 * 1024)
+        KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
+    return kvqa::launch_kernel(merge_q_kernel, dim3(L->HQ, b->n_seq), dim3(D), msm, st, L->pdl, mp);
 }

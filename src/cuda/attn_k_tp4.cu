@@ -1,4 +1,4 @@
 /* Attention kernels with K in format TP4 (one file per K format: parallel builds). */
-#include "attn.cuh"
+#include "attn_launch.cuh"
 
 KVQ_ATTN_V_FORMATS(KVQ_ATTN_DEF_ONE, TP4, KTP<4>)

@@ -29,7 +29,7 @@
 
 #include <vector>
 
-#include "attn.cuh"
+#include "attn_traits.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
 #include "kvq_cuda.h"

@@ -1,0 +1,206 @@
+/*
+ * Decoders of the staged codes into MMA operands (f16x2 registers), and the
+ * coordinate maps that say which coordinate each register half holds.
+ * Coordinates are permuted freely between the lanes, so that every lane
+ * reads its codes with one vector load and one lookup per byte or nibble;
+ * the query fragments are built in the same permutation (kcoord) and the
+ * block merge writes O back through it (vcoord).
+ *   K side: token r, quarter qq of the record -> 16 registers, the B-layout
+ *           of one m16n8k16 k-step pair per register pair (attn_block.cuh
+ *           kmma_t takes two tokens' registers as the A fragment);
+ *   V side: lane (g, qq) decodes coordinates of group g for its tokens
+ *           2qq, 2qq+1, 2qq+8, 2qq+9 (vtok), m-tile mt -> the A fragment.
+ */
+#ifndef KVQ_ATTN_DECODE_CUH
+#define KVQ_ATTN_DECODE_CUH
+
+#include "attn_lut.cuh"
+#include "attn_tile.cuh"
+
+namespace kvqa {
+
+/* ---- K side: token r, quarter qq -> D/8 f16x2 registers ---------------------- */
+/* 4-bit strided (16 bytes of the D/2): byte j -> (coord j, j + 64) */
+KVQ_HD void kdec4(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[16]) {
+    const uint4 v = ld128(f + faddr<D / 2>(r, qq * 16));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+KVQ_UNROLL
+    for (int i = 0; i < 4; i++) {
+        kb[4 * i] = lut4w<0>(L, w[i], lane4);
+        kb[4 * i + 1] = lut4w<1>(L, w[i], lane4);
+        kb[4 * i + 2] = lut4w<2>(L, w[i], lane4);
+        kb[4 * i + 3] = lut4w<3>(L, w[i], lane4);
+    }
+}
+KVQ_HD int kcoord4(int qq, int reg, int h) { return 16 * qq + reg + 64 * h; }
+
+/* 2-bit strided (8 bytes of the D/4): low nibble of byte j -> (j, j+32), high -> (j+64, j+96) */
+KVQ_HD void kdec2(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[16]) {
+    const uint2 v = ld64(f + faddr<D / 4>(r, qq * 8));
+    const uint32_t w[2] = {v.x, v.y};
+KVQ_UNROLL
+    for (int i = 0; i < 2; i++)
+KVQ_UNROLL
+        for (int b = 0; b < 4; b++) {
+            const uint32_t byte = (w[i] >> (8 * b)) & 0xffu;
+            kb[2 * (4 * i + b)] = lut2(L, byte & 15u);
+            kb[2 * (4 * i + b) + 1] = lut2(L, byte >> 4);
+        }
+}
+KVQ_HD int kcoord2(int qq, int reg, int h) { return 8 * qq + reg / 2 + 32 * (2 * (reg % 2) + h); }
+
+/* 1-bit (4 bytes of the D/8): nibble -> 4 coordinates (strided: j + 16k; signs: 8j + k) */
+KVQ_HD void kdec1(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[16]) {
+    const uint32_t w = ld32(f + faddr<D / 8>(r, qq * 4));
+KVQ_UNROLL
+    for (int b = 0; b < 4; b++)
+KVQ_UNROLL
+        for (int n = 0; n < 2; n++) {
+            const uint2 e = lut1(L, (w >> (8 * b + 4 * n)) & 15u);
+            kb[4 * b + 2 * n] = e.x;
+            kb[4 * b + 2 * n + 1] = e.y;
+        }
+}
+KVQ_HD int kbit1(int reg, int h) { return 4 * ((reg / 2) % 2) + 2 * (reg % 2) + h; }
+KVQ_HD int kcoord1(int qq, int reg, int h) { return (4 * qq + reg / 4) + (D / 8) * kbit1(reg, h); }
+KVQ_HD int kcoord_sign(int qq, int reg, int h) { return 8 * (4 * qq + reg / 4) + kbit1(reg, h); }
+
+/* f16 values (chunks qq + 4i of the 2D bytes) */
+KVQ_HD void kdec_f16(const uint8_t *f, int r, int qq, uint32_t kb[16]) {
+KVQ_UNROLL
+    for (int i = 0; i < 4; i++) {
+        const uint4 v = ld128(f + faddr<2 * D>(r, (qq + 4 * i) * 16));
+        kb[4 * i] = v.x, kb[4 * i + 1] = v.y, kb[4 * i + 2] = v.z, kb[4 * i + 3] = v.w;
+    }
+}
+KVQ_HD int kcoord_f16(int qq, int reg, int h) { return 8 * (qq + 4 * (reg / 4)) + 2 * (reg % 4) + h; }
+
+/* int8 pair (bytes 2*pair, 2*pair+1 of w) -> exact f16x2 */
+KVQ_HD __half2 i8pair(uint32_t w, int pair) {
+    const uint32_t t = w ^ 0x80808080u;
+    const uint32_t h = prmt(t, 0x64646464u, pair ? 0x4342u : 0x4140u);
+    return __hsub2(bits2h(h), bits2h(0x64806480u));
+}
+/* q8: quarter qq = block qq (D = 128: 4 blocks of 32), scale folded in */
+KVQ_HD void kdec_q8(const uint8_t *fs, const uint8_t *fv, int r, int qq, uint32_t kb[16]) {
+    const uint16_t sbits = *(const uint16_t *)(fs + faddr<2 * (D / 32)>(r, 2 * qq));
+    const __half2 s2 = bits2h((uint32_t)sbits * 0x10001u);
+    const uint4 v0 = ld128(fv + faddr<D>(r, qq * 32)), v1 = ld128(fv + faddr<D>(r, qq * 32 + 16));
+    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+KVQ_UNROLL
+    for (int i = 0; i < 8; i++)
+KVQ_UNROLL
+        for (int p = 0; p < 2; p++) kb[2 * i + p] = h2bits(__hmul2(i8pair(w[i], p), s2));
+}
+KVQ_HD int kcoord_q8(int qq, int reg, int h) { return 32 * qq + 2 * reg + h; }
+
+/* Scale of token t of a 2-byte scale field (R = 2). */
+KVQ_HD float scale_one(const uint8_t *f, int t) { return hlo((uint32_t) * (const uint16_t *)(f + 2 * t)); }
+
+/* Scales of tokens t, t+1 (t even) of a 2-byte scale field (R = 2). */
+KVQ_HD float2 scale_pair(const uint8_t *f, int t) {
+    const uint32_t u = ld32(f + 2 * t);
+    return make_float2(hlo(u), hhi(u));
+}
+
+template <int W> KVQ_HD void kdec_w(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[16]) {
+    if (W == 4) kdec4(f, L, r, qq, lane4, kb);
+    else if (W == 2) kdec2(f, L, r, qq, kb);
+    else kdec1(f, L, r, qq, kb);
+}
+template <int W> KVQ_HD int kcoord_w(int qq, int reg, int h) {
+    return W == 4 ? kcoord4(qq, reg, h) : W == 2 ? kcoord2(qq, reg, h) : kcoord1(qq, reg, h);
+}
+
+/* ---- V side: lane (g, qq) decodes coordinates of group g for tokens
+ * 2qq, 2qq+1, 2qq+8, 2qq+9 (k = 0..3); m-tile mt rows g, g+8 <-> vcoord(g, mt, 0/1).
+ * A fragment: a[0] = (row g; tokens k0, k1), a[1] = (row g+8; k0, k1),
+ *             a[2] = (row g; k2, k3),        a[3] = (row g+8; k2, k3). */
+KVQ_HD void vpack(uint32_t a[4], uint32_t u0, uint32_t u1, uint32_t u2, uint32_t u3) {
+    a[0] = prmt(u0, u1, 0x5410u);
+    a[1] = prmt(u0, u1, 0x7632u);
+    a[2] = prmt(u2, u3, 0x5410u);
+    a[3] = prmt(u2, u3, 0x7632u);
+}
+KVQ_HD int vtok(int qq, int k) { return 2 * qq + (k & 1) + 8 * (k >> 1); }
+
+/* The codes of a token pair interleaved field by field (S = 2 or 4 bits): x0 gets the even
+ * fields of both (x0's in the low S bits of each 2S), x1 the odd ones; one shift and one
+ * bitwise select (LOP3) per word. */
+template <int S> KVQ_HD void interleave(uint32_t &x0, uint32_t &x1) {
+    constexpr uint32_t m = S == 4 ? 0x0f0f0f0fu : 0x33333333u;
+    const uint32_t a = x0, b = x1;
+    x0 = bitsel(m, a, b << S);
+    x1 = bitsel(m, a >> S, b);
+}
+/* 4-bit V codes of the lane's tokens (k0, k1 | k2, k3; 8 bytes each): the nibbles of a pair
+ * interleaved, so that a byte holds one coordinate of both tokens: its lookup (c[lo], c[hi])
+ * is the A register as it is (no byte permutes to pair the tokens). x[2p][j]: low nibbles
+ * (coordinate 8g + 4j + b), x[2p + 1][j]: high nibbles (+ 64), byte b of word j. */
+KVQ_HD void interleave4(uint32_t x[4][2]) {
+KVQ_UNROLL
+    for (int pr = 0; pr < 2; pr++)
+KVQ_UNROLL
+        for (int j = 0; j < 2; j++) interleave<4>(x[2 * pr][j], x[2 * pr + 1][j]);
+}
+
+/* One LUT stage of W bits: the lane's code bytes of its 4 tokens. */
+template <int W> struct VStage {
+    uint32_t x[4][W == 4 ? 2 : 1];
+    KVQ_HD void load(const uint8_t *f, int g, int qq) {
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int t = vtok(qq, k);
+            if (W == 4) {
+                const uint2 v = ld64(f + faddr<D / 2>(t, 8 * g));
+                x[k][0] = v.x;
+                x[k][W == 4 ? 1 : 0] = v.y;
+            } else if (W == 2) {
+                x[k][0] = ld32(f + faddr<D / 4>(t, 4 * g));
+            } else {
+                x[k][0] = *(const uint16_t *)(f + faddr<D / 8>(t, 2 * g));
+            }
+        }
+        if constexpr (W == 4) interleave4(x);
+        if (W == 2) {
+            /* 2-bit: as the 4-bit codes, a nibble holds one coordinate of both tokens (code of k0
+             * in its low two bits): its lookup (c[lo], c[hi]) is the A register. x[2p]: even
+             * fields (coordinate of mt's low half), x[2p + 1]: odd fields, nibble mt. */
+KVQ_UNROLL
+            for (int pr = 0; pr < 2; pr++) interleave<2>(x[2 * pr][0], x[2 * pr + 1][0]);
+        }
+    }
+    KVQ_HD void decode(const uint8_t *L, int lane4, int mt, uint32_t a[4]) const {
+        if constexpr (W == 4) {
+            /* a0 = (row g: low nibbles; k0, k1), a1 = (row g + 8: high; k0, k1), a2, a3: k2, k3 */
+KVQ_UNROLL
+            for (int i = 0; i < 4; i++) {
+                const uint32_t w = x[i][mt >> 2];
+                const int b = mt & 3;
+                a[i] = b == 0 ? lut4w<0>(L, w, lane4) : b == 1 ? lut4w<1>(L, w, lane4) : b == 2 ? lut4w<2>(L, w, lane4)
+                                                                                             : lut4w<3>(L, w, lane4);
+            }
+        } else if constexpr (W == 2) {
+            /* the interleaved words (load): a0 = x[0] (row g; k0, k1), a1 = x[1] (row g + 8), a2, a3: k2, k3 */
+KVQ_UNROLL
+            for (int i = 0; i < 4; i++) a[i] = lut2(L, (x[i][0] >> (4 * mt)) & 15u);
+        } else {
+            uint32_t u[4];
+KVQ_UNROLL
+            for (int k = 0; k < 4; k++) {
+                const uint2 e = lut1(L, (x[k][0] >> (4 * (mt >> 1))) & 15u);
+                u[k] = (mt & 1) ? e.y : e.x;
+            }
+            vpack(a, u[0], u[1], u[2], u[3]);
+        }
+    }
+};
+template <int W> KVQ_HD int vcoord_w(int g, int mt, int rh) {
+    return W == 4 ? 8 * g + mt + 64 * rh
+         : W == 2 ? 4 * g + mt / 2 + 32 * (2 * (mt % 2) + rh)
+                  : (2 * g + mt / 4) + (D / 8) * (4 * ((mt / 2) % 2) + 2 * (mt % 2) + rh);
+}
+
+} /* namespace kvqa */
+
+#endif

@@ -1,0 +1,131 @@
+/*
+ * Launch template of the main pass: the kernel of a (K, V) pair (the
+ * wide-table kernel for tq-mse:4/4 with one table, else the classic one),
+ * its grid (x = chunk, y = KV head x query group, z = sequence), block and
+ * shared memory, programmatic dependent launches, and the split-K rule that
+ * sizes the chunks. The per-format files attn_k_*.cu instantiate it through
+ * the format lists at the end; attn.cu builds its dispatch table from them.
+ */
+#ifndef KVQ_ATTN_LAUNCH_CUH
+#define KVQ_ATTN_LAUNCH_CUH
+
+#include <type_traits>
+
+#include "attn_kernel.cuh"
+#include "attn_kernel_w4.cuh"
+
+namespace kvqa {
+
+/* Launches k<<<grid, block, smem, st>>>(args...); pdl: as a programmatic dependent of the
+ * stream's previous kernel (it may start once that one allows it, pdl_launch_dependents, and
+ * waits for its memory in pdl_wait). */
+template <class... A>
+int launch_kernel(void (*k)(A...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl, const A &...args) {
+    if (pdl) {
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim = grid;
+        lc.blockDim = block;
+        lc.dynamicSmemBytes = smem;
+        lc.stream = st;
+        cudaLaunchAttribute at = {};
+        at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at.val.programmaticStreamSerializationAllowed = 1;
+        lc.attrs = &at;
+        lc.numAttrs = 1;
+        KVQ_CU_TRY(cudaLaunchKernelEx(&lc, k, args...));
+    } else {
+        k<<<grid, block, smem, st>>>(args...);
+    }
+    return kvq_cuda_status(cudaGetLastError());
+}
+
+/* Layer creation: raises k's dynamic shared-memory limit to smem (set once, here) and reports
+ * its resident blocks per SM of `threads` threads (occ, if not NULL). */
+template <class K> int configure(K k, int threads, int smem, int *occ) {
+    KVQ_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (occ) KVQ_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, k, threads, smem));
+    return KVQ_OK;
+}
+
+typedef int (*launch_fn)(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out,
+                         int *occ_out);
+
+/* The main pass of a (K, V) pair; with do_launch == 0 it only configures the kernel and reports
+ * the warps per block, the dynamic shared memory (for p.lut_bytes of LUTs) and the resident
+ * blocks per SM. The wide-table kernel is a programmatic dependent of the prep kernel (its
+ * table build overlaps it); the classic kernel reads the prepared queries at once. */
+template <class KF, class VF>
+int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out, int *occ_out) {
+    typedef Traits<KF, VF> C;
+    constexpr bool W4 = std::is_same<KF, KTQ<4>>::value && std::is_same<VF, VTQ<4>>::value;
+    const bool wide = W4 && p.wide; /* one 4-bit table for K and V */
+    void (*k)(AttnParams) = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
+    int nw = C::NW, smem = p.lut_bytes + C::SMEM;
+    if constexpr (W4)
+        if (wide) k = attn_kernel_w4<0>, nw = WTraits::NW, smem = WTraits::SMEM;
+    if (nw_out) *nw_out = nw;
+    if (smem_out) *smem_out = smem;
+    if (!do_launch) return configure(k, nw * 32, smem, occ_out);
+    return launch_kernel(k, dim3(p.nchunk, p.H * p.QG, p.n_seq), dim3(nw * 32), smem, st, wide && p.pdl, p);
+}
+
+/* Most tiles per warp of a chunk: a lane holds the page of each of its warp's tiles (the wide
+ * kernel: two per lane). */
+inline int max_tiles_per_warp(bool wide) { return wide ? WTraits::TPW : 32; }
+
+/* Split-K: the tiles per chunk of the main pass (a multiple of the nw warps per block) for
+ * `tiles` 16-token tiles of the longest sequence and `items` (sequence, KV head, query group)
+ * work items, with `slots` resident blocks on the device (SMs x blocks per SM).
+ * Classic kernels: about WAVES = 2 waves of blocks (2 rather than 8 waves: tq-mse:4/4 at 16 x
+ * 32K 12% faster on the H200, 4 x 32K 1.75x: fewer LUT builds and partial states per tile; 3
+ * and 4 waves were slower, docs/RESULTS.md), at least 4 tiles per warp (amortises the LUT build
+ * and the pipeline fill). The wide-table kernel: the chunking with the least estimated time,
+ * waves x (tiles per warp + C0), C0 = 8 tiles per warp of fixed cost per block (64 KiB table,
+ * pipeline fill, block merge: fewer, longer blocks were faster, 16 x 32K 183 -> 170 us). */
+inline int chunk_tiles(int tiles, long long items, int slots, int nw, bool wide) {
+    constexpr int WAVES = 2, C0 = 8;
+    const long long target = (long long)WAVES * slots;
+    long long want = (target + items - 1) / items;
+    if (want < 1) want = 1;
+    int ct = (int)((tiles + want - 1) / want);
+    const int tpw = max_tiles_per_warp(wide);
+    if (ct < 4 * nw) ct = 4 * nw;
+    if (ct > tpw * nw) ct = tpw * nw;
+    ct = ((ct + nw - 1) / nw) * nw;
+    if (wide && tiles > 0) {
+        long long best = -1;
+        const int nmax = tiles / (4 * nw) > 1 ? tiles / (4 * nw) : 1;
+        for (int n = 1; n <= nmax; n++) {
+            int c = (tiles + n - 1) / n;
+            c = ((c + nw - 1) / nw) * nw;
+            if (c > tpw * nw || (n > 1 && c < 4 * nw)) continue;
+            const long long blocks = items * ((tiles + c - 1) / c);
+            const long long cost = ((blocks + slots - 1) / slots) * (c / nw + C0);
+            if (best < 0 || cost < best) best = cost, ct = c;
+        }
+    }
+    return ct;
+}
+
+} /* namespace kvqa */
+
+/* Format lists (attn.cu builds the dispatch table from them). */
+#define KVQ_ATTN_K_FORMATS(X) \
+    X(F16, KF16) X(Q8, KQ8) X(TQ1, KTQ<1>) X(TQ2, KTQ<2>) X(TQ4, KTQ<4>) X(RVQ1, KRVQ<1>) X(RVQ2, KRVQ<2>) \
+    X(RVQ4, KRVQ<4>) X(TP1, KTP<1>) X(TP2, KTP<2>) X(TP4, KTP<4>) X(QJL, KQJL)
+#define KVQ_ATTN_V_FORMATS(X, KN, KT) \
+    X(KN, KT, F16, VF16) X(KN, KT, Q8, VQ8) X(KN, KT, TQ1, VTQ<1>) X(KN, KT, TQ2, VTQ<2>) X(KN, KT, TQ4, VTQ<4>) \
+    X(KN, KT, RVQ1, VRVQ<1>) X(KN, KT, RVQ2, VRVQ<2>) X(KN, KT, RVQ4, VRVQ<4>)
+
+#define KVQ_ATTN_DECL_ONE(KN, KT, VN, VT) \
+    int kvq_attn_launch_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, int *occ);
+#define KVQ_ATTN_DEF_ONE(KN, KT, VN, VT)                                                               \
+    int kvq_attn_launch_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, \
+                                    int *occ) {                                                               \
+        using namespace kvqa;                                                                                 \
+        return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
+    }
+/* The f16 window pass (defined with the F16 instantiations); do_launch = 0 only sets it up. */
+int kvq_attn_launch_window(const kvqa::AttnParams &p, int do_launch, cudaStream_t st);
+
+#endif

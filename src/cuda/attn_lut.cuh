@@ -1,0 +1,89 @@
+/*
+ * Lookup tables of the attention kernels (docs/CUDA.md): codes -> f16x2
+ * centroids in shared memory.
+ *   4-bit: a byte -> (c[lo nibble], c[hi nibble]), replicated per lane (lane l
+ *          reads column l: conflict-free); rows of 128 bytes (classic kernel:
+ *          address = byte * 128 + 4l, PRMT + IMAD) or 256 bytes (the wide
+ *          table of attn_kernel_w4: address = one PRMT, byte << 8 | 4l);
+ *   2-bit: a nibble -> (c[n & 3], c[n >> 2]);
+ *   1-bit and QJL signs: a nibble -> four values.
+ */
+#ifndef KVQ_ATTN_LUT_CUH
+#define KVQ_ATTN_LUT_CUH
+
+#include "attn_bits.cuh"
+#include "attn_params.cuh"
+
+namespace kvqa {
+
+constexpr int LUT4_BYTES = 256 * 32 * 4; /* 4-bit table, rows of 128 bytes */
+constexpr int WROW = 256;                /* bytes per row of the wide table */
+constexpr int WLUT = 256 * WROW;         /* 64 KiB */
+
+/* byte b of w looked up in a table of 128-byte rows */
+template <int B> KVQ_HD uint32_t lut4w(const uint8_t *L, uint32_t w, int lane4) {
+#ifdef __CUDA_ARCH__
+    /* on the device: the byte isolated (one PRMT / LOP3 / SHF), then byte * 128 + (table's
+     * shared address + lane4) in one IMAD, the base being loop-invariant: 2 integer
+     * instructions per lookup (was shift, mask-or, add), and one of them on the FMA pipe */
+    /* (in one asm: the compiler would otherwise turn the byte * 128 back into shift and mask) */
+    const uint32_t base = (uint32_t)__cvta_generic_to_shared(L) + (uint32_t)lane4;
+    uint32_t v;
+    asm("{\n\t.reg .b32 t;\n\tprmt.b32 t, %1, 0, %3;\n\tmad.lo.u32 t, t, 128, %2;\n\tld.shared.b32 %0, [t];\n\t}"
+        : "=r"(v)
+        : "r"(w), "r"(base), "n"(0x4440 + B));
+    return v;
+#else
+    const uint32_t off = (B == 0 ? (w << 7) : (w >> (8 * B - 7))) & 0x7f80u;
+    return ld32(L + (off | (uint32_t)lane4));
+#endif
+}
+/* byte b of w looked up in the wide table (at the start of shared memory): the address is one
+ * PRMT, byte B of w to bits 8..15 and lane4 to bits 0..7 */
+template <int B> __device__ __forceinline__ uint32_t lut4x(const uint8_t *lut, uint32_t w, uint32_t lane4) {
+    uint32_t a;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane4), "n"(0x5504 | (B << 4)));
+    return *(const uint32_t *)(lut + a);
+}
+/* nibble -> (c[n & 3], c[n >> 2]) */
+KVQ_HD uint32_t lut2(const uint8_t *L, uint32_t nib) { return ld32(L + (nib << 2)); }
+/* nibble -> (c[b0], c[b1]), (c[b2], c[b3]) */
+KVQ_HD uint2 lut1(const uint8_t *L, uint32_t nib) { return ld64(L + (nib << 3)); }
+
+/* The 4-bit table of centroids c with rows of ROW bytes, by 16-byte stores of 4 lanes'
+ * copies of an entry, the block's nthreads threads striding over the 2048 stores. */
+template <int ROW> __device__ __forceinline__ void build_lut4(uint8_t *dst, const float *c, int nthreads) {
+    for (int e = threadIdx.x; e < 256 * 8; e += nthreads) {
+        const int byte = e >> 3;
+        const uint32_t v = pack2(c[byte & 15], c[byte >> 4]);
+        const int off = ROW == 128 ? 16 * e : byte * ROW + (e & 7) * 16; /* the same for ROW = 128 */
+        *(uint4 *)(dst + off) = make_uint4(v, v, v, v);
+    }
+}
+
+/* The layer's tables (p.lut) at their offsets in lut (the classic kernel). */
+__device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
+    for (int i = 0; i < p.nlut; i++) {
+        const LutDesc &L = p.lut[i];
+        uint32_t *dst = (uint32_t *)(lut + L.off);
+        if (L.w == 4) {
+            build_lut4<128>(lut + L.off, L.c, blockDim.x);
+        } else if (L.w == 2) {
+            for (int n = threadIdx.x; n < 16; n += blockDim.x) dst[n] = pack2(L.c[n & 3], L.c[n >> 2]);
+        } else {
+            for (int n = threadIdx.x; n < 16; n += blockDim.x) {
+                float c[4];
+                for (int b = 0; b < 4; b++) {
+                    const int bit = (n >> b) & 1;
+                    c[b] = L.w == 0 ? (bit ? 1.f : -1.f) : L.c[bit];
+                }
+                dst[2 * n] = pack2(c[0], c[1]);
+                dst[2 * n + 1] = pack2(c[2], c[3]);
+            }
+        }
+    }
+}
+
+} /* namespace kvqa */
+
+#endif

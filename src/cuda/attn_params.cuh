@@ -1,0 +1,47 @@
+/*
+ * Parameters of the attention main pass (docs/CUDA.md "Attention, step by
+ * step"): the head dim and query group of the kernels, the lookup tables a
+ * layer uses, and AttnParams, filled by kvq_cuda_attend (attn.cu) and passed
+ * by value to every kernel.
+ */
+#ifndef KVQ_ATTN_PARAMS_CUH
+#define KVQ_ATTN_PARAMS_CUH
+
+#include "cuda_internal.cuh"
+
+namespace kvqa {
+
+constexpr int D = 128;                /* head dim of the attention kernels */
+constexpr int QPB = 8;                /* query heads per block */
+constexpr int SF = 2 * QPB + QPB * D; /* floats of a partial state: m[8], l[8], acc[8][D] */
+
+struct LutDesc {
+    int off; /* byte offset in the LUT region */
+    int w;   /* 4, 2, 1; 0 = signs {-1, +1} */
+    const float *c;
+};
+
+struct AttnParams {
+    int n_seq, H, HQ, G, QG;
+    int P, max_pages, W;
+    unsigned long long page_bytes, kv_off_v, krun, vrun;
+    const uint8_t *pages;
+    const int32_t *block_table, *main_len, *win_len;
+    const uint8_t *window;
+    const float *qprep; /* [n_seq][HQ][qf]: rotated query, then S q~ */
+    int qf;
+    const float *qraw;  /* [n_seq][HQ][D]: scaled query (window) */
+    float *part;        /* partial states, (nchunk + 1) per (seq, head, group) */
+    int nchunk, chunk_tiles;
+    int nlut;
+    LutDesc lut[4];
+    int klut[2], vlut[2]; /* LUT offsets of the K / V stages */
+    float kconst;         /* QJL sqrt(pi/2)/m */
+    int lut_bytes;        /* stage buffers start here */
+    int wide;             /* 4-bit K and V sharing one table: the wide-table kernel (attn_kernel_w4) */
+    int pdl;              /* the device takes programmatic dependent launches (sm_90+) */
+};
+
+} /* namespace kvqa */
+
+#endif

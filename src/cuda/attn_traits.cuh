@@ -1,0 +1,247 @@
+/*
+ * Kernel traits: the K and V formats (record fields, stages, decoders,
+ * scales, coordinate maps; checked against the codec's layouts by
+ * test_cuda) and the tile shapes of the two kernels (warps per block,
+ * pipeline stages, shared memory).
+ */
+#ifndef KVQ_ATTN_TRAITS_CUH
+#define KVQ_ATTN_TRAITS_CUH
+
+#include "attn_decode.cuh"
+
+namespace kvqa {
+
+/* ---- K formats ---------------------------------------------------------------- */
+/* Each: record fields (NF, SIZE, OFF, BYTES); NSTAGE stages, each a decoded
+ * set of D values scored on query set qset(stage) (offset qoff(set) in the
+ * prepared query; coordinate map kcoord(set, ...)) and multiplied by
+ * kscale(stage) per token after the MMA. */
+struct KF16 {
+    static constexpr int NF = 1, BYTES = 2 * D, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[1] = {2 * D}, OFF[1] = {0};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_f16(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *, const AttnParams &, int r, int qq, int,
+                              uint32_t kb[16]) {
+        kdec_f16(t, r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float kscale1(const uint8_t *, int, int, const AttnParams &) { return 1.f; }
+};
+struct KQ8 {
+    static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2 * (D / 32), D}, OFF[2] = {0, 2 * (D / 32)};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_q8(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *, const AttnParams &, int r, int qq, int,
+                              uint32_t kb[16]) {
+        kdec_q8(t, t + 16 * (2 * (D / 32)), r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float kscale1(const uint8_t *, int, int, const AttnParams &) { return 1.f; }
+};
+/* tq-mse:W */
+template <int W> struct KTQ {
+    static constexpr int NF = 2, BYTES = 2 + D * W / 8, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, D * W / 8}, OFF[2] = {0, 2};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_w<W>(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &p, int r, int qq, int lane4,
+                              uint32_t kb[16]) {
+        kdec_w<W>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &) { return scale_pair(t, t0); }
+    KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &) { return scale_one(t, tok); }
+};
+/* rvq:W: two tq stages on the same rotated query */
+template <int W> struct KRVQ {
+    static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NQS = 1, NSTAGE = 2;
+    static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
+    KVQ_HD static constexpr int qoff(int) { return 0; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_w<W>(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int st, const uint8_t *lut, const AttnParams &p, int r, int qq,
+                              int lane4, uint32_t kb[16]) {
+        kdec_w<W>(t + 16 * (4 + st * (D * W / 8)), lut + p.klut[st], r, qq, lane4, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int st, int t0, const AttnParams &) {
+        return scale_pair(t + 16 * 2 * st, t0);
+    }
+    KVQ_HD static float kscale1(const uint8_t *t, int st, int tok, const AttnParams &) {
+        return scale_one(t + 16 * 2 * st, tok);
+    }
+};
+/* tq-prod: tq-mse:W stage on q~ + QJL signs of the residual on S q~ */
+template <int W> struct KTP {
+    static constexpr int NF = 4, BYTES = 4 + D * W / 8 + D / 8, NQS = 2, NSTAGE = 2;
+    static constexpr int SIZE[4] = {2, D * W / 8, 2, D / 8}, OFF[4] = {0, 2, 2 + D * W / 8, 4 + D * W / 8};
+    KVQ_HD static constexpr int qoff(int set) { return set ? D : 0; }
+    KVQ_HD static constexpr int qset(int st) { return st; }
+    KVQ_HD static int kcoord(int set, int qq, int reg, int h) {
+        return set ? kcoord_sign(qq, reg, h) : kcoord_w<W>(qq, reg, h);
+    }
+    KVQ_HD static void decode(const uint8_t *t, int st, const uint8_t *lut, const AttnParams &p, int r, int qq,
+                              int lane4, uint32_t kb[16]) {
+        if (st == 0) kdec_w<W>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
+        else kdec1(t + 16 * (4 + D * W / 8), lut + p.klut[1], r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int st, int t0, const AttnParams &p) {
+        if (st == 0) return scale_pair(t, t0);
+        const float2 rn = scale_pair(t + 16 * (2 + D * W / 8), t0);
+        return make_float2(p.kconst * rn.x, p.kconst * rn.y);
+    }
+    KVQ_HD static float kscale1(const uint8_t *t, int st, int tok, const AttnParams &p) {
+        if (st == 0) return scale_one(t, tok);
+        return p.kconst * scale_one(t + 16 * (2 + D * W / 8), tok);
+    }
+};
+/* qjl: signs of S k on S q */
+struct KQJL {
+    static constexpr int NF = 2, BYTES = 2 + D / 8, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, D / 8}, OFF[2] = {0, 2};
+    KVQ_HD static constexpr int qoff(int) { return D; }
+    KVQ_HD static constexpr int qset(int) { return 0; }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_sign(qq, reg, h); }
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &p, int r, int qq, int,
+                              uint32_t kb[16]) {
+        kdec1(t + 16 * 2, lut + p.klut[0], r, qq, kb);
+    }
+    KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &p) {
+        const float2 n = scale_pair(t, t0);
+        return make_float2(p.kconst * n.x, p.kconst * n.y);
+    }
+    KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &p) {
+        return p.kconst * scale_one(t, tok);
+    }
+};
+
+/* ---- V formats ---------------------------------------------------------------- */
+/* Each: NSTAGE stages; load() reads the lane's codes once per tile,
+ * decode() gives the A fragment of m-tile mt of a stage, vscale() the
+ * per-token scale folded into P for that stage. */
+struct VF16 {
+    static constexpr int NF = 1, BYTES = 2 * D, NSTAGE = 1;
+    static constexpr int SIZE[1] = {2 * D}, OFF[1] = {0};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return (mt < 4 ? 8 * g + 2 * mt : 64 + 8 * g + 2 * (mt - 4)) + rh; }
+    struct Regs {
+        uint4 x[4][2];
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) {
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int tk = vtok(qq, k);
+            r.x[k][0] = ld128(t + faddr<2 * D>(tk, 16 * g));
+            r.x[k][1] = ld128(t + faddr<2 * D>(tk, 16 * (g + 8)));
+        }
+    }
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *, const AttnParams &, int, int mt, uint32_t a[4]) {
+        uint32_t u[4];
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const uint4 &v = r.x[k][mt >> 2];
+            const int wi = mt & 3;
+            u[k] = wi == 0 ? v.x : wi == 1 ? v.y : wi == 2 ? v.z : v.w;
+        }
+        vpack(a, u[0], u[1], u[2], u[3]);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float vscale1(const uint8_t *, int, int) { return 1.f; }
+};
+struct VQ8 {
+    static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2 * (D / 32), D}, OFF[2] = {0, 2 * (D / 32)};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return 16 * g + 2 * mt + rh; }
+    struct Regs {
+        uint4 x[4];
+        __half2 s[4];
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool val[2][2], Regs &r) {
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int tk = vtok(qq, k);
+            r.x[k] = ld128(t + 16 * (2 * (D / 32)) + faddr<D>(tk, 16 * g));
+            const uint16_t sb = *(const uint16_t *)(t + faddr<2 * (D / 32)>(tk, 2 * (g >> 1)));
+            r.s[k] = bits2h(val[k >> 1][k & 1] ? (uint32_t)sb * 0x10001u : 0u);
+        }
+    }
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *, const AttnParams &, int, int mt, uint32_t a[4]) {
+        uint32_t u[4];
+KVQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int wi = mt >> 1;
+            const uint32_t w = wi == 0 ? r.x[k].x : wi == 1 ? r.x[k].y : wi == 2 ? r.x[k].z : r.x[k].w;
+            u[k] = h2bits(__hmul2(i8pair(w, mt & 1), r.s[k]));
+        }
+        vpack(a, u[0], u[1], u[2], u[3]);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
+    KVQ_HD static float vscale1(const uint8_t *, int, int) { return 1.f; }
+};
+template <int W> struct VTQ {
+    static constexpr int NF = 2, BYTES = 2 + D * W / 8, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, D * W / 8}, OFF[2] = {0, 2};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W>(g, mt, rh); }
+    struct Regs {
+        VStage<W> st;
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) { r.st.load(t + 16 * 2, g, qq); }
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &p, int lane4, int mt,
+                              uint32_t a[4]) {
+        r.st.decode(lut + p.vlut[0], lane4, mt, a);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *t, int, int t0) { return scale_pair(t, t0); }
+    KVQ_HD static float vscale1(const uint8_t *t, int, int tok) { return scale_one(t, tok); }
+};
+template <int W> struct VRVQ {
+    static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;
+    static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W>(g, mt, rh); }
+    struct Regs {
+        VStage<W> st[2];
+    };
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) {
+        r.st[0].load(t + 16 * 4, g, qq);
+        r.st[1].load(t + 16 * (4 + D * W / 8), g, qq);
+    }
+    KVQ_HD static void decode(const Regs &r, int stg, const uint8_t *lut, const AttnParams &p, int lane4, int mt,
+                              uint32_t a[4]) {
+        if (stg == 0) r.st[0].decode(lut + p.vlut[0], lane4, mt, a);
+        else r.st[1].decode(lut + p.vlut[1], lane4, mt, a);
+    }
+    KVQ_HD static float2 vscale(const uint8_t *t, int stg, int t0) { return scale_pair(t + 16 * 2 * stg, t0); }
+    KVQ_HD static float vscale1(const uint8_t *t, int stg, int tok) { return scale_one(t + 16 * 2 * stg, tok); }
+};
+
+/* ---- tile shapes ------------------------------------------------------------ */
+/* The classic kernel for a (K, V) pair: 16-token tiles of TILE bytes, NW warps, STAGES deep
+ * (each warp its own stages); the block merge reuses the stage region. */
+template <class KF, class VF> struct Traits {
+    static constexpr int TILE = 16 * (KF::BYTES + VF::BYTES);
+    static constexpr int NW = TILE <= 2560 ? 8 : 4;
+    static constexpr int STAGES = NW * 4 * TILE <= 80 * 1024 ? 4 : 3;
+    static constexpr int STAGE_BYTES = NW * STAGES * TILE;
+    static constexpr int MERGE_BYTES = (2 * NW * QPB + NW * QPB * D) * 4;
+    static constexpr int SMEM = STAGE_BYTES > MERGE_BYTES ? STAGE_BYTES : MERGE_BYTES; /* after the LUTs */
+};
+
+/* The wide-table kernel (tq-mse:4 K and V, one table): the 64 KiB table of 256-byte rows
+ * (attn_lut.cuh), whose rows' second halves hold the stages' V codes (stage slot (warp,
+ * stage): 8 half rows), then per warp and stage OUT bytes: K scales, K codes (at KC), V
+ * scales (at VS). Up to TPW tiles per warp of a chunk (32 per page register of a lane). */
+struct WTraits {
+    static constexpr int NW = 8, STAGES = 4, TPW = 64;
+    static constexpr int KC = 32, VS = 16 * (2 + D / 2);
+    static constexpr int OUT = 16 * (2 + D / 2 + 2);
+    static constexpr int SMEM = WLUT + NW * STAGES * OUT;
+};
+static_assert(WTraits::NW * WTraits::STAGES * 8 <= 256, "V code slots: 8 half rows each");
+static_assert(WTraits::TPW == 64, "two page registers per lane");
+static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits::NW * WTraits::STAGES * WTraits::OUT,
+              "the wide kernel's block merge fits its stage region");
+
+} /* namespace kvqa */
+
+#endif
