@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kvq.h"
+#include "rng.h" /* kvq_rng: the seeded streams of rotations and projections */
 
 #define KVQ_MAX_LEVELS 256
 
@@ -184,13 +185,6 @@ void generic_prep_rot(const kvq_plan *p, const float *q, float *qp);
 void generic_score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
 void generic_accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
 
-/* Seeded Gaussian stream (deterministic across platforms). */
-typedef struct { uint64_t s; int have; double spare; } kvq_rng;
-void rng_seed(kvq_rng *r, uint64_t seed);
-uint64_t rng_u64(kvq_rng *r);
-double rng_gauss(kvq_rng *r);
-/* Derives an independent seed for a purpose tag. */
-uint64_t seed_mix(uint64_t seed, uint64_t tag);
 
 /* QJL sketch (qjl_sketch.c): m sign bits of S*r packed LSB-first. */
 void qjl_project(const kvq_plan *p, const float *x, float *out); /* out = S x (m floats) */

@@ -482,7 +482,7 @@ int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_c
         inner[o++] = *s++;
     }
     inner[o] = 0;
-    int rc = kvq_plan_create(&p->inner, inner, di, seed_mix(p->seed, 0x4f55544c), NULL, 0);
+    int rc = kvq_plan_create(&p->inner, inner, di, kvq_seed_mix(p->seed, 0x4f55544c), NULL, 0);
     if (rc) return rc;
     if (p->inner->isa != p->isa) {
         kvq_plan *c;

@@ -9,33 +9,6 @@
 #include "cpu.h"
 #include "simd_util.h"
 
-/* ---- seeded randomness (splitmix64 + Box-Muller in double) -------------- */
-void rng_seed(kvq_rng *r, uint64_t seed) { r->s = seed; r->have = 0; r->spare = 0; }
-
-uint64_t rng_u64(kvq_rng *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-double rng_gauss(kvq_rng *r) {
-    if (r->have) { r->have = 0; return r->spare; }
-    double u1, u2;
-    do u1 = (double)(rng_u64(r) >> 11) * (1.0 / 9007199254740992.0); while (u1 <= 0);
-    u2 = (double)(rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
-    double m = sqrt(-2.0 * log(u1));
-    r->spare = m * sin(2 * M_PI * u2);
-    r->have = 1;
-    return m * cos(2 * M_PI * u2);
-}
-
-uint64_t seed_mix(uint64_t seed, uint64_t tag) {
-    kvq_rng r;
-    rng_seed(&r, seed ^ (tag * 0xd1342543de82ef95ull));
-    return rng_u64(&r);
-}
-
 /* ---- scales --------------------------------------------------------------- */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s) {
     if (!isfinite(s)) return KVQ_ERR_RANGE;
