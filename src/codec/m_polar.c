@@ -97,7 +97,7 @@
 #include "codec_internal.h"
 #include "cpu.h"
 #include "polar_cb.h"
-#include "simd_util.h" /* immintrin.h on x86 */
+#include "rec_transpose.h" /* and simd_util.h, immintrin.h on x86 */
 
 #define POLAR_LEVELS 4
 #define POLAR_NMAX 256 /* 2^8 centroids at most */
@@ -490,7 +490,7 @@ KVQ_TARGET_AVX2 static void dec_avx2(const kvq_plan *p, const uint8_t *code, flo
     int j = 0;
     if (!p->o.scale32)
         for (; j + 8 <= P->m; j += 8)
-            _mm256_storeu_ps(bufa + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(code + 2 * j))));
+            _mm256_storeu_ps(bufa + j, ld8_f16(code + 2 * j));
     for (; j < P->m; j++) bufa[j] = scale_load(p, code + j * sb);
     float *cur = bufa, *nxt = bufb;
     for (int l = P->L; l >= 2; l--) {
