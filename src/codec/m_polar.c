@@ -99,7 +99,7 @@
 #include "polar_cb.h"
 #include "rec_transpose.h" /* and simd_util.h, immintrin.h on x86 */
 
-#define POLAR_LEVELS 4
+#define POLAR_LEVELS KVQ_POLAR_MAX_LEVELS /* 4 (layouts.h) */
 #define POLAR_NMAX 256 /* 2^8 centroids at most */
 
 typedef struct {
@@ -1449,8 +1449,7 @@ static void fini(kvq_plan *p) {
 
 static int init(kvq_plan *p) {
     const int d = p->d;
-    int L = 0;
-    while (L < POLAR_LEVELS && (d >> L) % 2 == 0 && (d >> L) > 1) L++;
+    const int L = kvq_polar_levels(d); /* layouts.h */
     if (L < 1) return KVQ_ERR_UNSUPPORTED_DIM;
     polar_priv *P = calloc(1, sizeof *P);
     if (!P) return KVQ_ERR_NOMEM;
@@ -1474,7 +1473,9 @@ static int init(kvq_plan *p) {
         if (l == 1)
             for (int j = 1; j < P->cb[1].n / 4; j++) P->tant[1][j - 1] = (float)tan(2 * M_PI * j / P->cb[1].n);
     }
-    P->ang_bytes = (bits + 7) / 8;
+    int rc = plan_layout(p, KVQ_LAY_POLAR, p->bits, 0); /* [m radii | (bits + 7) / 8 angle bytes] */
+    if (rc) return rc;
+    P->ang_bytes = (size_t)p->rec.size[KVQ_POLAR_ANGLES];
     P->i8 = L == 4 && p->bits <= 4;
     if (P->i8) {
         /* g8[f][a | b << w | c << 2w] = round(255 cos4[a] cos3[b] (cos2 | sin2)[c]); the sines of levels 3, 4
@@ -1494,12 +1495,11 @@ static int init(kvq_plan *p) {
             for (int l = 0; l < 3; l++) P->fo[bl][l] = (uint16_t)(pos[l] >> 3), P->fs[bl][l] = (uint8_t)(pos[l] & 7);
         }
     }
-    int rc = rot_init(&p->rot, d, p->seed, !p->o.norot, p->isa);
+    rc = rot_init(&p->rot, d, p->seed, !p->o.norot, p->isa);
     if (rc) return rc;
     p->cb = P->cb[1];
     if (L >= 2) p->cb2 = P->cb[2];
     p->rotated = !p->o.norot;
-    p->code_bytes = (size_t)P->m * scale_bytes(p) + P->ang_bytes;
     p->qfloats = P->i8 ? POLAR_I8_QF(d) : (size_t)d;
     p->encode = enc;
     p->decode = dec;
@@ -1528,4 +1528,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_polar = {"polar", 3, 8, 4, init, fini};
+const kvq_method kvq_method_polar = {"polar", 3, 8, 4, init, fini, 0};
