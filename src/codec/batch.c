@@ -11,6 +11,11 @@
 #include "simd_util.h"
 
 static int mul_overflows(size_t a, size_t b) { return b && a > SIZE_MAX / b; }
+/* 1 if rows x cols floats do not fit in size_t bytes: no buffer holds them,
+ * and the kernels' row offsets would wrap. */
+static int floats_overflow(size_t rows, size_t cols) {
+    return mul_overflows(rows, cols) || mul_overflows(rows * cols, sizeof(float));
+}
 
 /* Converts one row to f32 and checks it is finite. */
 static int load_row(const void *x, kvq_dtype dt, size_t row, int d, float *out) {
@@ -148,13 +153,16 @@ int kvq_decode(const kvq_plan *p, const void *codes, size_t n, float *out) {
 
 int kvq_query_prepare(const kvq_plan *p, const float *q, float *qp) {
     if (!p || !q || !qp) return KVQ_ERR_NULL;
+    if (!all_finite_ref(q, (size_t)p->d)) return KVQ_ERR_NONFINITE; /* whole row first: qp untouched */
     p->prep(p, q, qp);
     return KVQ_OK;
 }
 
 int kvq_score(const kvq_plan *p, const float *qp, size_t nq, const void *codes, size_t n, float *scores) {
     if (!p || (!qp && nq) || (!codes && n) || (!scores && n && nq)) return KVQ_ERR_NULL;
-    if (mul_overflows(nq, n) || mul_overflows(n, p->code_bytes)) return KVQ_ERR_OVERFLOW;
+    /* nq prepared rows, nq x n scores, n records */
+    if (floats_overflow(nq, p->qfloats) || floats_overflow(nq, n) || mul_overflows(n, p->code_bytes))
+        return KVQ_ERR_OVERFLOW;
     if (n && nq) p->score(p, qp, nq, codes, n, scores);
     return KVQ_OK;
 }
@@ -162,7 +170,9 @@ int kvq_score(const kvq_plan *p, const float *qp, size_t nq, const void *codes, 
 int kvq_accumulate(const kvq_plan *p, const float *w, size_t nq, const void *codes, size_t n, float *acc) {
     if (!p || (!w && nq && n) || (!codes && n) || (!acc && nq)) return KVQ_ERR_NULL;
     if (!p->can_decode) return KVQ_ERR_NO_DECODE;
-    if (mul_overflows(nq, n) || mul_overflows(n, p->code_bytes)) return KVQ_ERR_OVERFLOW;
+    /* nq x n weights, nq accumulator rows of dim floats, n records */
+    if (floats_overflow(nq, n) || floats_overflow(nq, (size_t)p->d) || mul_overflows(n, p->code_bytes))
+        return KVQ_ERR_OVERFLOW;
     if (n && nq) p->accum(p, w, nq, codes, n, acc);
     return KVQ_OK;
 }
