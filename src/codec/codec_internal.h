@@ -215,6 +215,9 @@ int plan_layout(kvq_plan *p, int kind, int bits, int m);
 /* Stores a positive scale in 2 bytes (f16) or 4 (f32) at dst; KVQ_ERR_RANGE
  * if it does not fit f16. */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s);
+/* A wrapper's kernels around p->inner: decode and accumulate only when the
+ * inner plan decodes (can_decode is the inner plan's). */
+void wrapper_kernels(kvq_plan *p, enc_fn enc, dec_fn dec, prep_fn prep, score_fn score, accum_fn accum);
 /* Per-channel mean and variance of calibration rows. */
 int calib_moments(const float *calib, size_t n_calib, int d, double *mean, double *var);
 static inline size_t scale_bytes(const kvq_plan *p) { return p->o.scale32 ? 4 : 2; }

@@ -148,13 +148,8 @@ static int attach(kvq_plan *p) {
     p->code_bytes = p->inner->code_bytes;
     p->qfloats = p->inner->qfloats + 1;
     p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
-    p->can_decode = p->inner->can_decode;
     p->rotated = p->inner->rotated;
-    p->encode = enc;
-    p->decode = p->can_decode ? dec : NULL;
-    p->prep = prep;
-    p->score = score;
-    p->accum = p->can_decode ? accum : NULL;
+    wrapper_kernels(p, enc, dec, prep, score, accum);
     return KVQ_OK;
 }
 

@@ -496,13 +496,8 @@ static int attach(kvq_plan *p) {
     P->iqf = P->embed ? TQ_QFLOATS(d) : p->inner->qfloats;
     p->qfloats = P->iqf + (size_t)K;
     p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
-    p->can_decode = p->inner->can_decode;
     p->rotated = 1;
-    p->encode = enc;
-    p->decode = p->can_decode ? dec : NULL;
-    p->prep = prep;
-    p->score = score;
-    p->accum = p->can_decode ? accum : NULL;
+    wrapper_kernels(p, enc, dec, prep, score, accum);
     return KVQ_OK;
 }
 

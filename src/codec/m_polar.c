@@ -192,31 +192,16 @@ static void expand(const polar_priv *P, int d, const uint8_t *idx, const float *
  */
 static void quantize_scalar(const polar_priv *P, int d, const float *y, uint8_t *idx, float *rfin) {
     float r[KVQ_DIM_MAX / 2];
-    const int qn = (1 << P->b[1]) / 4;
-    const float *t1 = P->tant[1];
     for (int i = 0; i < d / 2; i++) {
-        const float a = y[2 * i], b = y[2 * i + 1];
-        /* θ ∈ [π, 2π): turn by π; then θ ∈ [π/2, π): turn by -π/2 */
-        const int lo = (b < 0) | ((b == 0) & (a < 0));
-        const float a1 = lo ? -a : a, b1 = lo ? -b : b;
-        const int up = (a1 <= 0) & (b1 > 0);
-        const float ap = up ? b1 : a1, bp = up ? -a1 : b1;
-        int k = (2 * lo + up) * qn;
-        for (int j = 0; j < qn - 1; j++) k += bp >= ap * t1[j];
-        idx[P->off[1] + i] = (uint8_t)k;
-        r[i] = sqrtf(a * a + b * b);
+        idx[P->off[1] + i] = (uint8_t)polar_cell1(P, y[2 * i], y[2 * i + 1]);
+        r[i] = polar_radius(y[2 * i], y[2 * i + 1]);
     }
-    for (int l = 2; l <= P->L; l++) {
-        const int cnt = d >> l, nt = P->cb[l].n - 1;
-        const float *tt = P->tant[l];
-        for (int i = 0; i < cnt; i++) {
+    for (int l = 2; l <= P->L; l++)
+        for (int i = 0; i < d >> l; i++) {
             const float a = r[2 * i], b = r[2 * i + 1];
-            int k = 0;
-            for (int j = 0; j < nt; j++) k += b > a * tt[j];
-            idx[P->off[l] + i] = (uint8_t)k;
-            r[i] = sqrtf(a * a + b * b);
+            idx[P->off[l] + i] = (uint8_t)polar_cell(P, l, a, b);
+            r[i] = polar_radius(a, b);
         }
-    }
     memcpy(rfin, r, (size_t)P->m * sizeof *r);
 }
 

@@ -61,6 +61,16 @@ void generic_accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *
     }
 }
 
+/* ---- wrappers --------------------------------------------------------------- */
+void wrapper_kernels(kvq_plan *p, enc_fn enc, dec_fn dec, prep_fn prep, score_fn score, accum_fn accum) {
+    p->can_decode = p->inner->can_decode;
+    p->encode = enc;
+    p->decode = p->can_decode ? dec : NULL;
+    p->prep = prep;
+    p->score = score;
+    p->accum = p->can_decode ? accum : NULL;
+}
+
 /* ---- calibration ---------------------------------------------------------- */
 /* Per-channel mean and variance of n_calib rows (two passes, double);
  * KVQ_ERR_NONFINITE on NaN/Inf. (+center, +outliers) */

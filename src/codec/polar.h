@@ -6,6 +6,7 @@
  */
 #ifndef KVQ_POLAR_H
 #define KVQ_POLAR_H
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,29 @@ typedef struct {
     float c16[16], s16[16];
     struct polar_fast *fast; /* AVX-512 VBMI score / accumulate tables, or NULL */
 } polar_priv;
+
+/* The angle cells of the encoder (m_polar.c, "Quantization of the angles"),
+ * in float, the same operations for the scalar and the SIMD tails.
+ * Level 1: (a, b) turned into the first quadrant (swaps and negations), then
+ * the boundaries 2πj/n1 below it counted: floor(θ·n1/2π) without atan2. */
+static inline int polar_cell1(const polar_priv *P, float a, float b) {
+    const int qn = (1 << P->b[1]) / 4;
+    /* θ ∈ [π, 2π): turn by π; then θ ∈ [π/2, π): turn by -π/2 */
+    const int lo = (b < 0) | ((b == 0) & (a < 0));
+    const float a1 = lo ? -a : a, b1 = lo ? -b : b;
+    const int up = (a1 <= 0) & (b1 > 0);
+    const float ap = up ? b1 : a1, bp = up ? -a1 : b1;
+    int k = (2 * lo + up) * qn;
+    for (int j = 0; j < qn - 1; j++) k += bp >= ap * P->tant[1][j];
+    return k;
+}
+/* Level l >= 2 (radii a, b >= 0): ψ > t_j <=> b > a·tan t_j, counted. */
+static inline int polar_cell(const polar_priv *P, int l, float a, float b) {
+    int k = 0;
+    for (int j = 0; j < P->cb[l].n - 1; j++) k += b > a * P->tant[l][j];
+    return k;
+}
+static inline float polar_radius(float a, float b) { return sqrtf(a * a + b * b); }
 
 /* Prepared rows of the 8-bit scores (P->i8): [q~: d floats][c, 15 zeros][T8: 8d bytes] (m_polar.c). */
 #define POLAR_I8_QF(d) (3 * (size_t)(d) + 16)

@@ -169,15 +169,8 @@ KVQ_TARGET_AVX2 static void quantize_avx2(const polar_priv *P, int d, const floa
         _mm256_storeu_ps(ra + i, _mm256_sqrt_ps(_mm256_add_ps(_mm256_mul_ps(a, a), _mm256_mul_ps(b, b))));
     }
     for (; i < d / 2; i++) { /* tail (d = 8·odd) as in quantize_scalar */
-        const float a = y[2 * i], b = y[2 * i + 1];
-        const int lo = (b < 0) | ((b == 0) & (a < 0));
-        const float a1 = lo ? -a : a, b1 = lo ? -b : b;
-        const int up = (a1 <= 0) & (b1 > 0);
-        const float ap = up ? b1 : a1, bp = up ? -a1 : b1;
-        int k = (2 * lo + up) * qn;
-        for (int j = 0; j < qn - 1; j++) k += bp >= ap * P->tant[1][j];
-        idx[P->off[1] + i] = (uint8_t)k;
-        ra[i] = sqrtf(a * a + b * b);
+        idx[P->off[1] + i] = (uint8_t)polar_cell1(P, y[2 * i], y[2 * i + 1]);
+        ra[i] = polar_radius(y[2 * i], y[2 * i + 1]);
     }
     float *cur = ra, *nxt = rb;
     for (int l = 2; l <= P->L; l++) {
@@ -195,11 +188,8 @@ KVQ_TARGET_AVX2 static void quantize_avx2(const polar_priv *P, int d, const floa
             _mm256_storeu_ps(nxt + i, _mm256_sqrt_ps(_mm256_add_ps(_mm256_mul_ps(a, a), _mm256_mul_ps(b, b))));
         }
         for (; i < cnt; i++) {
-            const float a = cur[2 * i], b = cur[2 * i + 1];
-            int k = 0;
-            for (int j = 0; j < nt; j++) k += b > a * tt[j];
-            idx[P->off[l] + i] = (uint8_t)k;
-            nxt[i] = sqrtf(a * a + b * b);
+            idx[P->off[l] + i] = (uint8_t)polar_cell(P, l, cur[2 * i], cur[2 * i + 1]);
+            nxt[i] = polar_radius(cur[2 * i], cur[2 * i + 1]);
         }
         float *t = cur;
         cur = nxt;
