@@ -1,5 +1,5 @@
 /* Record layouts (src/codec/layouts.h, shared with the CUDA backend) against
- * the codec: record sizes equal kvq_plan_code_bytes, field offsets hold what
+ * the codec: record sizes equal kvq_plan_code_bytes (every method), field offsets hold what
  * the encoder wrote (scales, strided indices, QJL signs), and the plan export
  * names the right tables. */
 #include <math.h>
@@ -109,15 +109,45 @@ int main(void) {
     static const int dims[] = {32, 64, 96, 128, 256, 512};
     for (size_t s = 0; s < sizeof specs / sizeof *specs; s++)
         for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) check_spec(specs[s], dims[i]);
-    /* methods the layouts do not describe are exported as KVQ_LAY_NONE */
-    static const char *other[] = {"f32", "bf16", "q4", "polar"};
-    for (size_t s = 0; s < sizeof other / sizeof *other; s++) {
-        kvq_plan *p;
-        CHECK_OK(kvq_plan_create(&p, other[s], 128, 1, NULL, 0));
-        kvq_plan_tables t;
-        CHECK_OK(kvq_plan_export(p, &t));
-        CHECK(t.kind == KVQ_LAY_NONE, "%s should be KVQ_LAY_NONE", other[s]);
-        kvq_plan_free(p);
+    /* host-only records (the CUDA backend serves none) are exported as KVQ_LAY_NONE; their sizes are the
+     * layouts' too, and the polar angle stream is the sum of its levels' fields */
+    static const char *other[] = {"f32", "bf16", "q4", "polar", "polar:3", "polar:5", "polar:8", "polar+scale32"};
+    static const int okind[] = {KVQ_LAY_F32, KVQ_LAY_BF16, KVQ_LAY_Q4, KVQ_LAY_POLAR, KVQ_LAY_POLAR, KVQ_LAY_POLAR,
+                                KVQ_LAY_POLAR, KVQ_LAY_POLAR};
+    for (size_t s = 0; s < sizeof other / sizeof *other; s++)
+        for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+            const int d = dims[i];
+            kvq_plan *p;
+            CHECK_OK(kvq_plan_create(&p, other[s], d, 1, NULL, 0));
+            kvq_plan_tables t;
+            CHECK_OK(kvq_plan_export(p, &t));
+            CHECK(t.kind == KVQ_LAY_NONE, "%s should be KVQ_LAY_NONE", other[s]);
+            CHECK(p->rec.kind == okind[s] && (size_t)p->rec.bytes == kvq_plan_code_bytes(p), "%s d=%d record %d bytes",
+                  other[s], d, p->rec.bytes);
+            if (okind[s] == KVQ_LAY_POLAR) {
+                const int L = kvq_polar_levels(d), B = p->bits, sb = p->o.scale32 ? 4 : 2;
+                int bits = 0;
+                for (int l = 1; l <= L; l++) bits += (d >> l) * (l == 1 ? B : B - 2);
+                CHECK(L == (d % 16 == 0 ? 4 : 3) && p->rec.size[KVQ_POLAR_RADII] == (d >> L) * sb &&
+                          p->rec.size[KVQ_POLAR_ANGLES] == (bits + 7) / 8,
+                      "%s d=%d polar fields", other[s], d);
+            }
+            kvq_plan_free(p);
+        }
+    /* wrappers: +center keeps the inner records, +outliers adds 2 + K bytes */
+    {
+        float cal[8 * 128];
+        tu_rng r = {3};
+        for (int i = 0; i < 8 * 128; i++) cal[i] = (float)tu_gauss(&r);
+        kvq_plan *a, *b, *c;
+        CHECK_OK(kvq_plan_create(&a, "tq-mse:3", 128, 1, NULL, 0));
+        CHECK_OK(kvq_plan_create(&b, "tq-mse:3+center", 128, 1, cal, 8));
+        CHECK_OK(kvq_plan_create(&c, "tq-mse:3+outliers=8", 128, 1, cal, 8));
+        CHECK(b->rec.kind == KVQ_LAY_TQ && kvq_plan_code_bytes(b) == kvq_plan_code_bytes(a), "+center record");
+        CHECK(c->rec.kind == KVQ_LAY_NONE && kvq_plan_code_bytes(c) == (size_t)kvq_outliers_bytes(c->inner->rec.bytes, 8) &&
+                  c->inner->rec.bytes == kvq_layout_make(KVQ_LAY_TQ, 120, 3, 0, 2).bytes,
+              "+outliers record");
+        kvq_plan_free(a), kvq_plan_free(b), kvq_plan_free(c);
     }
     CHECK(kvq_strided_width(3, 0) == 2 && kvq_strided_width(3, 1) == 1 && kvq_strided_width(3, 2) == 0, "w3");
     CHECK(kvq_strided_width(7, 2) == 1 && kvq_strided_width(8, 1) == 4 && kvq_strided_width(8, 2) == 0, "w7/8");

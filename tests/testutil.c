@@ -2,6 +2,8 @@
 
 #include <math.h>
 
+#include "rng.h" /* src/common: the library's splitmix64 */
+
 int tu_failures = 0;
 int tu_checks = 0;
 
@@ -10,14 +12,9 @@ int tu_finish(const char *name) {
     return tu_failures ? 1 : 0;
 }
 
-uint64_t tu_next(tu_rng *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+uint64_t tu_next(tu_rng *r) { return kvq_splitmix64(&r->s); }
 
-double tu_uniform(tu_rng *r) { return (double)(tu_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+double tu_uniform(tu_rng *r) { return kvq_unit53(tu_next(r)); }
 
 double tu_gauss(tu_rng *r) {
     double u1 = tu_uniform(r), u2 = tu_uniform(r);

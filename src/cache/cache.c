@@ -7,18 +7,13 @@
 #include <string.h>
 
 #include "cache_internal.h"
+#include "rng.h"
 
-/* splitmix64 finaliser: independent seeds for (layer, K/V, head). */
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* Independent seeds for (layer, K/V, head): splitmix64 hashes (rng.h) of
+ * the seed and of the tag. */
 uint64_t cache_plan_seed(uint64_t seed, int layer, int kv, int head) {
     uint64_t tag = ((uint64_t)(uint32_t)layer << 32) | ((uint64_t)(kv & 1) << 31) | (uint32_t)(head + 1);
-    return mix64(seed ^ mix64(tag ^ 0x4b5643414348ull));
+    return kvq_mix64(seed ^ kvq_mix64(tag ^ 0x4b5643414348ull));
 }
 
 int cache_plan_make(const kvq_cache *c, kvq_plan **out, const char *spec, uint64_t seed, const float *calib, size_t n) {

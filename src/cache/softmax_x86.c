@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "cache_internal.h"
-#include "codec/simd_util.h"
+#include "simd_util.h"
 
 #if KVQ_X86
 

@@ -1,8 +1,10 @@
 /*
- * Internal codec structures: the plan, the method table, shared helpers.
- * A method is one file (m_*.c) exporting one `kvq_method` row; registry.c
- * lists the rows. Everything a method precomputes lives in the plan, which is
- * immutable after creation and shared read-only by threads.
+ * Internal codec structures: the plan, the method and wrapper tables,
+ * shared helpers. A method is one file (m_*.c) exporting one `kvq_method`
+ * row; a wrapper (+outliers, +center) one file exporting one `kvq_wrapper`
+ * row; registry.c lists the rows, and plan.c reaches methods and wrappers
+ * only through them. Everything a method precomputes lives in the plan,
+ * which is immutable after creation and shared read-only by threads.
  */
 #ifndef KVQ_CODEC_INTERNAL_H
 #define KVQ_CODEC_INTERNAL_H
@@ -11,6 +13,8 @@
 #include <stdint.h>
 
 #include "kvq.h"
+#include "layouts.h" /* record layouts, shared with CUDA */
+#include "rng.h" /* kvq_rng: the seeded streams of rotations and projections */
 
 #define KVQ_MAX_LEVELS 256
 
@@ -100,6 +104,7 @@ void strided_unpack(const uint8_t *in, int d, int b, uint8_t *idx);
 /* ---- the plan ------------------------------------------------------------ */
 typedef struct kvq_plan kvq_plan;
 typedef struct kvq_method kvq_method;
+typedef struct kvq_wrapper kvq_wrapper;
 
 /* Kernels of one plan (chosen per ISA at creation). Codes are records of
  * code_bytes; queries are prepared rows of qfloats; accumulators are rows of
@@ -127,7 +132,8 @@ typedef struct kvq_plan_opts {
 } kvq_plan_opts;
 
 struct kvq_plan {
-    const kvq_method *m;
+    const kvq_method *m;   /* the method (of the inner plan, for a wrapper) */
+    const kvq_wrapper *w;  /* the wrapper around the inner plan, NULL for a plain method */
     char spec[80];
     int d;
     uint64_t seed;
@@ -135,7 +141,8 @@ struct kvq_plan {
     int bits;          /* resolved bit width */
     kvq_isa isa;
     int vnni;          /* AVX-512 VNNI + VBMI integer kernels allowed (isa == AVX512) */
-    size_t code_bytes; /* per vector, everything included */
+    kvq_layout rec;    /* record layout (layouts.h); KVQ_LAY_NONE for +outliers, whose file describes it */
+    size_t code_bytes; /* bytes from one record to the next: rec.bytes (an inner plan: the outer record's) */
     size_t qfloats;    /* floats of a prepared query */
     int can_decode;
     int rotated;       /* accumulators live in rot's domain */
@@ -145,7 +152,7 @@ struct kvq_plan {
     float *S;          /* QJL projection, qjl_m x d row-major, N(0,1) */
     int qjl_m;
     void *priv;        /* method-private tables */
-    kvq_plan *inner;   /* +outliers: plan for the non-outlier channels */
+    kvq_plan *inner;   /* a wrapper's plan of the method (+outliers: for the non-outlier channels) */
     int *ch_out;       /* +outliers: K outlier channels, ascending */
     int *ch_in;        /* +outliers: d - K other channels, ascending */
     float *mu;         /* +center: 4 x d floats: the mean, the scaled mean in the inner plan's domain,
@@ -161,19 +168,57 @@ struct kvq_plan {
 struct kvq_method {
     const char *name;
     int min_bits, max_bits, default_bits; /* 0,0,0: no bits argument */
-    int (*init)(kvq_plan *p);             /* sets code_bytes, qfloats, kernels, tables */
+    int (*init)(kvq_plan *p);             /* sets rec, code_bytes (plan_layout), qfloats, kernels, tables */
     void (*fini)(kvq_plan *p);            /* frees priv (may be NULL) */
+    int colon_rows;                       /* 1: "name:N" sets the QJL rows m (qjl:M), not the bits */
+};
+
+/*
+ * A wrapper turns a plan of any method into another (+outliers=K: K int8
+ * channels beside an inner plan of dim d - K; +center, +chscale: a
+ * calibrated mean and channel scales around an inner plan of dim d).
+ * plan.c calls, in order: inner (before the plan exists: the inner plan's
+ * options, dim and seed; KVQ_ERR_INVALID_ARG for options out of range),
+ * calibrate (the calibration rows, or the tables of src when cloning),
+ * then builds p->inner, then attach (record, prepared rows, kernels around
+ * p->inner). unrotate serves kvq_unrotate; fini frees what calibrate and
+ * attach allocated (on a partly built plan too).
+ */
+struct kvq_wrapper {
+    const char *name;                        /* its option ("+outliers"), for messages */
+    int needs_calib;                         /* 1: kvq_plan_create needs calibration rows */
+    int (*selected)(const kvq_plan_opts *o); /* 1: the options ask for this wrapper */
+    int (*inner)(const kvq_plan_opts *o, int d, uint64_t seed, kvq_plan_opts *io, int *id, uint64_t *iseed);
+    int (*calibrate)(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src);
+    int (*attach)(kvq_plan *p);
+    int (*unrotate)(const kvq_plan *p, const float *acc, float *out);
+    void (*fini)(kvq_plan *p);
 };
 
 extern const kvq_method *const kvq_methods[];
 extern const size_t kvq_n_methods;
 const kvq_method *kvq_method_find(const char *name);
+extern const kvq_wrapper *const kvq_wrappers[];
+extern const size_t kvq_n_wrappers;
 
-/* ---- helpers shared by methods (plan.c) --------------------------------- */
+/* ---- spec strings (spec.c) ------------------------------------------------- */
+/* spec := name [":" int] { "+" opt ["=" int | "=" word] }: the method row and
+ * the options (bits -1: the method's default). */
+int spec_parse(const char *spec, const kvq_method **m, kvq_plan_opts *o);
+/* p->spec from p's method, bits and options. */
+void spec_canonical(kvq_plan *p);
+
+/* ---- helpers shared by methods (method_helpers.c) ----------------------- */
+/* Sets p->rec = kvq_layout_make(kind, d, bits, m, scale bytes) and
+ * code_bytes from it; KVQ_ERR_UNSUPPORTED_DIM if the layout has no bytes. */
+int plan_layout(kvq_plan *p, int kind, int bits, int m);
 /* Stores a positive scale in 2 bytes (f16) or 4 (f32) at dst; KVQ_ERR_RANGE
  * if it does not fit f16. */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s);
-/* Per-channel mean and variance of calibration rows (m_center.c). */
+/* A wrapper's kernels around p->inner: decode and accumulate only when the
+ * inner plan decodes (can_decode is the inner plan's). */
+void wrapper_kernels(kvq_plan *p, enc_fn enc, dec_fn dec, prep_fn prep, score_fn score, accum_fn accum);
+/* Per-channel mean and variance of calibration rows. */
 int calib_moments(const float *calib, size_t n_calib, int d, double *mean, double *var);
 static inline size_t scale_bytes(const kvq_plan *p) { return p->o.scale32 ? 4 : 2; }
 float scale_load(const kvq_plan *p, const uint8_t *src);
@@ -184,13 +229,6 @@ void generic_prep_rot(const kvq_plan *p, const float *q, float *qp);
 void generic_score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
 void generic_accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
 
-/* Seeded Gaussian stream (deterministic across platforms). */
-typedef struct { uint64_t s; int have; double spare; } kvq_rng;
-void rng_seed(kvq_rng *r, uint64_t seed);
-uint64_t rng_u64(kvq_rng *r);
-double rng_gauss(kvq_rng *r);
-/* Derives an independent seed for a purpose tag. */
-uint64_t seed_mix(uint64_t seed, uint64_t tag);
 
 /* QJL sketch (qjl_sketch.c): m sign bits of S*r packed LSB-first. */
 void qjl_project(const kvq_plan *p, const float *x, float *out); /* out = S x (m floats) */

@@ -13,13 +13,11 @@
 
 /* Loads 16 (AVX-512) or 8 (AVX2) values at element offset c of a row. */
 #define LD512_F32(row, c) _mm512_loadu_ps((const float *)(row) + (c))
-#define LD512_F16(row, c) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(row) + (c))))
-#define LD512_BF16(row, c) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(row) + (c)))), 16))
+#define LD512_F16(row, c) ld16_f16((const uint16_t *)(row) + (c))
+#define LD512_BF16(row, c) ld16_bf16((const uint16_t *)(row) + (c))
 #define LD256_F32(row, c) _mm256_loadu_ps((const float *)(row) + (c))
-#define LD256_F16(row, c) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(row) + (c))))
-#define LD256_BF16(row, c) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)(row) + (c)))), 16))
+#define LD256_F16(row, c) ld8_f16((const uint16_t *)(row) + (c))
+#define LD256_BF16(row, c) ld8_bf16((const uint16_t *)(row) + (c))
 
 /* AVX-512 kernels need d % 16 == 0; AVX2 ones d % 8 == 0 (always true). */
 #define DEFINE_512(T, LD)                                                                                  \

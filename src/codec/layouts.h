@@ -1,9 +1,12 @@
 /*
- * Record layouts of the methods the CUDA backend serves, declared once for
- * C and CUDA (docs/METHODS.md is the prose version). A record is a fixed
- * sequence of fields; kvq_layout_make() gives each field's offset and size
- * in bytes, and the record size, which must equal kvq_plan_code_bytes()
- * (tests/test_layouts.c checks it for every method and head dim).
+ * Record layouts of every method, declared once for C and CUDA
+ * (docs/METHODS.md is the prose version): the methods' record sizes are
+ * these (each method's init takes its code_bytes from kvq_layout_make), and
+ * the CUDA backend reads the records of the kinds below KVQ_LAY_N_CUDA
+ * through them. A record is a fixed sequence of fields; kvq_layout_make()
+ * gives each field's offset and size in bytes, and the record size
+ * (tests/test_layouts.c checks it against kvq_plan_code_bytes() for every
+ * method and head dim).
  *
  *   f16        [d f16 values]                                  2d bytes
  *   q8         [nb f16 scales | d int8]   nb = ceil(d/32)      2nb + d
@@ -11,6 +14,13 @@
  *   tq-prod:b  [scale | d*(b-1)/8 indices | |r| | m/8 signs]   2sb + d(b-1)/8 + m/8
  *   qjl        [|k| | m/8 signs]                               sb + m/8
  *   rvq:b      [s1 | s2 | d*b/8 stage 1 | d*b/8 stage 2]       2sb + 2db/8
+ * host only (the CUDA backend serves none of these):
+ *   f32        [d f32 values]                                  4d
+ *   bf16       [d bf16 values]                                 2d
+ *   q4         [nb x (f16 scale, f16 min) | d/2 nibble bytes]  4nb + d/2
+ *   polar:B    [r radii | angle bitstream]   r = d >> L        r*sb + ceil((B*d/2 + (B-2)*(d/2 - r)) / 8)
+ *              (L = kvq_polar_levels(d) levels; m_polar.c)
+ *   +outliers=K  [inner record | f16 scale | K int8]           inner + 2 + K (kvq_outliers_bytes)
  * sb = 2 (f16 scales) or 4 (+scale32). Signs are an LSB-first bitstream
  * (bit j of byte j/8 is sign(S_j r) >= 0). Strided indices: see
  * kvq_strided_width below and codec_internal.h.
@@ -36,10 +46,18 @@ enum kvq_layout_kind {
     KVQ_LAY_TQPROD = 3, /* tq-prod */
     KVQ_LAY_QJL = 4,
     KVQ_LAY_RVQ = 5,
+    /* host only: plan export names them KVQ_LAY_NONE */
+    KVQ_LAY_F32 = 6,
+    KVQ_LAY_BF16 = 7,
+    KVQ_LAY_Q4 = 8,
+    KVQ_LAY_POLAR = 9,
 };
+#define KVQ_LAY_N_CUDA 6 /* kinds 0 .. KVQ_LAY_N_CUDA - 1 are served by the CUDA backend */
 
 #define KVQ_LAYOUT_MAX_FIELDS 4
 #define KVQ_Q8_BLOCK 32
+#define KVQ_Q4_BLOCK 32
+#define KVQ_POLAR_MAX_LEVELS 4
 
 typedef struct kvq_layout {
     int kind;
@@ -61,9 +79,26 @@ enum {
     KVQ_TQPROD_SCALE = 0, KVQ_TQPROD_IDX = 1, KVQ_TQPROD_RNORM = 2, KVQ_TQPROD_SIGNS = 3,
     KVQ_QJL_NORM = 0, KVQ_QJL_SIGNS = 1,
     KVQ_RVQ_S1 = 0, KVQ_RVQ_S2 = 1, KVQ_RVQ_IDX1 = 2, KVQ_RVQ_IDX2 = 3,
+    KVQ_F32_VALS = 0, KVQ_BF16_VALS = 0,
+    KVQ_Q4_BLOCKS = 0, KVQ_Q4_VALS = 1,
+    KVQ_POLAR_RADII = 0, KVQ_POLAR_ANGLES = 1,
 };
 
 KVQ_LAYOUT_FN int kvq_q8_blocks(int d) { return (d + KVQ_Q8_BLOCK - 1) / KVQ_Q8_BLOCK; }
+KVQ_LAYOUT_FN int kvq_q4_blocks(int d) { return (d + KVQ_Q4_BLOCK - 1) / KVQ_Q4_BLOCK; }
+
+/* Levels of the polar transform at dim d: pairs need d divisible by 2^L, so
+ * L = min(4, the number of factors 2 in d) (0 for odd d: unsupported). */
+KVQ_LAYOUT_FN int kvq_polar_levels(int d) {
+    int L = 0;
+    while (L < KVQ_POLAR_MAX_LEVELS && d > 0 && (d >> L) % 2 == 0 && (d >> L) > 1) L++;
+    return L;
+}
+
+/* +outliers=K: [inner record | f16 outlier scale | K int8]; the repacked
+ * variant (m_outliers.c) moves the last 2 + K bytes into spare index bytes
+ * of the host-dim layout, keeping the size. */
+KVQ_LAYOUT_FN int kvq_outliers_bytes(int inner_bytes, int k) { return inner_bytes + 2 + k; }
 
 /*
  * Strided layout: the b bits of an index are split into sub-fields of 4, 2
@@ -103,6 +138,17 @@ KVQ_LAYOUT_FN kvq_layout kvq_layout_make(int kind, int d, int bits, int m, int s
     case KVQ_LAY_TQPROD: sz[0] = sb; sz[1] = d * bits / 8; sz[2] = sb; sz[3] = m / 8; n = 4; break;
     case KVQ_LAY_QJL: sz[0] = sb; sz[1] = m / 8; n = 2; break;
     case KVQ_LAY_RVQ: sz[0] = sb; sz[1] = sb; sz[2] = d * bits / 8; sz[3] = d * bits / 8; n = 4; break;
+    case KVQ_LAY_F32: sz[0] = 4 * d; n = 1; break;
+    case KVQ_LAY_BF16: sz[0] = 2 * d; n = 1; break;
+    case KVQ_LAY_Q4: sz[0] = 4 * kvq_q4_blocks(d); sz[1] = d / 2; n = 2; break;
+    case KVQ_LAY_POLAR: {
+        const int lv = kvq_polar_levels(d), r = lv ? d >> lv : 0;
+        if (!lv || bits < 3) return L;
+        sz[0] = r * sb;
+        sz[1] = (bits * (d / 2) + (bits - 2) * (d / 2 - r) + 7) / 8;
+        n = 2;
+        break;
+    }
     default: return L;
     }
     int off = 0;

@@ -80,7 +80,7 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
 }
 
 /* The inner plan's unrotation of accumulated rows, then / a per channel (+chscale). */
-int center_unrotate(const kvq_plan *p, const float *acc, float *out) {
+static int unrotate(const kvq_plan *p, const float *acc, float *out) {
     int rc = kvq_unrotate(p->inner, acc, out);
     if (rc || !p->o.chscale) return rc;
     const float *ia = p->mu + 3 * p->d;
@@ -88,29 +88,9 @@ int center_unrotate(const kvq_plan *p, const float *acc, float *out) {
     return KVQ_OK;
 }
 
-/* Per-channel mean and variance of n_calib rows (two passes, double);
- * KVQ_ERR_NONFINITE on NaN/Inf. Shared with +outliers. */
-int calib_moments(const float *calib, size_t n_calib, int d, double *mean, double *var) {
-    for (int c = 0; c < d; c++) {
-        double s = 0, s2 = 0;
-        for (size_t i = 0; i < n_calib; i++) {
-            double v = calib[i * (size_t)d + c];
-            if (!isfinite(v)) return KVQ_ERR_NONFINITE;
-            s += v;
-        }
-        mean[c] = s / (double)n_calib;
-        for (size_t i = 0; i < n_calib; i++) {
-            double v = calib[i * (size_t)d + c] - mean[c];
-            s2 += v * v;
-        }
-        var[c] = s2 / (double)n_calib;
-    }
-    return KVQ_OK;
-}
-
 /* mean (mu[0..d)) and channel scales (mu[2d..3d), their inverses at 3d) of
  * the calibration rows */
-static int calibrate(kvq_plan *p, const float *calib, size_t n_calib) {
+static int fit(kvq_plan *p, const float *calib, size_t n_calib) {
     const int d = p->d;
     double mean[KVQ_DIM_MAX], var[KVQ_DIM_MAX], tot = 0;
     int rc = calib_moments(calib, n_calib, d, mean, var);
@@ -133,49 +113,49 @@ static int calibrate(kvq_plan *p, const float *calib, size_t n_calib) {
     return KVQ_OK;
 }
 
-/* Builds a +center plan: p has m, d, seed, o, isa set. src: clone source. */
-int center_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const kvq_plan *src) {
-    const int d = p->d;
-    p->mu = calloc(4 * (size_t)d, sizeof *p->mu);
+static int selected(const kvq_plan_opts *o) { return o->center; }
+
+/* The inner plan: the same method and options at the same dim and seed. */
+static int inner(const kvq_plan_opts *o, int d, uint64_t seed, kvq_plan_opts *io, int *id, uint64_t *iseed) {
+    *io = *o;
+    io->center = io->chscale = 0;
+    *id = d;
+    *iseed = seed;
+    return KVQ_OK;
+}
+
+/* The mean and channel scales: from the calibration rows, or src's (a clone). */
+static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src) {
+    p->mu = calloc(4 * (size_t)p->d, sizeof *p->mu);
     if (!p->mu) return KVQ_ERR_NOMEM;
     if (src) {
-        memcpy(p->mu, src->mu, 4 * (size_t)d * sizeof *p->mu);
-    } else {
-        if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
-        int rc = calibrate(p, calib, n_calib);
-        if (rc) return rc;
+        memcpy(p->mu, src->mu, 4 * (size_t)p->d * sizeof *p->mu);
+        return KVQ_OK;
     }
-    char inner[80];
-    size_t o = 0;
-    for (const char *s = spec; *s && o + 1 < sizeof inner;) {
-        if (!strncmp(s, "+center", 7) && (s[7] == 0 || s[7] == '+')) { s += 7; continue; }
-        if (!strncmp(s, "+chscale", 8) && (s[8] == 0 || s[8] == '+')) { s += 8; continue; }
-        inner[o++] = *s++;
-    }
-    inner[o] = 0;
-    int rc = kvq_plan_create(&p->inner, inner, d, p->seed, NULL, 0);
-    if (rc) return rc;
-    if (p->inner->isa != p->isa) {
-        kvq_plan *c;
-        rc = kvq_plan_clone_isa(&c, p->inner, p->isa);
-        if (rc) return rc;
-        kvq_plan_free(p->inner);
-        p->inner = c;
-    }
+    if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
+    return fit(p, calib, n_calib);
+}
+
+/* Around p->inner: the scaled mean in the inner domain, the record and kernels. */
+static int attach(kvq_plan *p) {
+    const int d = p->d;
     /* the scaled mean a * mean in the inner domain: rotated like the inner plan's decode output */
     float am[KVQ_DIM_MAX];
     for (int c = 0; c < d; c++) am[c] = p->mu[c] * p->mu[2 * d + c];
     if (p->inner->rotated) rot_apply(&p->inner->rot, am, p->mu + d);
     else memcpy(p->mu + d, am, (size_t)d * sizeof *p->mu);
+    p->rec = p->inner->rec; /* the inner method's records, unchanged */
     p->code_bytes = p->inner->code_bytes;
     p->qfloats = p->inner->qfloats + 1;
     p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
-    p->can_decode = p->inner->can_decode;
     p->rotated = p->inner->rotated;
-    p->encode = enc;
-    p->decode = p->can_decode ? dec : NULL;
-    p->prep = prep;
-    p->score = score;
-    p->accum = p->can_decode ? accum : NULL;
+    wrapper_kernels(p, enc, dec, prep, score, accum);
     return KVQ_OK;
 }
+
+static void fini(kvq_plan *p) {
+    free(p->mu);
+    p->mu = NULL;
+}
+
+const kvq_wrapper kvq_wrapper_center = {"+center", 1, selected, inner, calibrate, attach, unrotate, fini};

@@ -49,10 +49,10 @@ static void dec_bf16(const kvq_plan *p, const uint8_t *code, float *y) {
 
 static void prep_copy(const kvq_plan *p, const float *q, float *qp) { memcpy(qp, q, (size_t)p->d * 4); }
 
-static int init_common(kvq_plan *p, size_t elem, enc_fn e, dec_fn dec, int ftype) {
+static int init_common(kvq_plan *p, int kind, enc_fn e, dec_fn dec, int ftype) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
+    if (!rc) rc = plan_layout(p, kind, 0, 0);
     if (rc) return rc;
-    p->code_bytes = (size_t)p->d * elem;
     p->qfloats = (size_t)p->d;
     p->encode = e;
     p->decode = dec;
@@ -63,10 +63,10 @@ static int init_common(kvq_plan *p, size_t elem, enc_fn e, dec_fn dec, int ftype
     return KVQ_OK;
 }
 
-static int init_f32(kvq_plan *p) { return init_common(p, 4, enc_f32, dec_f32, FK_F32); }
-static int init_f16(kvq_plan *p) { return init_common(p, 2, enc_f16, dec_f16, FK_F16); }
-static int init_bf16(kvq_plan *p) { return init_common(p, 2, enc_bf16, dec_bf16, FK_BF16); }
+static int init_f32(kvq_plan *p) { return init_common(p, KVQ_LAY_F32, enc_f32, dec_f32, FK_F32); }
+static int init_f16(kvq_plan *p) { return init_common(p, KVQ_LAY_F16, enc_f16, dec_f16, FK_F16); }
+static int init_bf16(kvq_plan *p) { return init_common(p, KVQ_LAY_BF16, enc_bf16, dec_bf16, FK_BF16); }
 
-const kvq_method kvq_method_f32 = {"f32", 0, 0, 0, init_f32, NULL};
-const kvq_method kvq_method_f16 = {"f16", 0, 0, 0, init_f16, NULL};
-const kvq_method kvq_method_bf16 = {"bf16", 0, 0, 0, init_bf16, NULL};
+const kvq_method kvq_method_f32 = {"f32", 0, 0, 0, init_f32, NULL, 0};
+const kvq_method kvq_method_f16 = {"f16", 0, 0, 0, init_f16, NULL, 0};
+const kvq_method kvq_method_bf16 = {"bf16", 0, 0, 0, init_bf16, NULL, 0};

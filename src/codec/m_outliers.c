@@ -55,8 +55,6 @@
 #include "simd_util.h"
 #include "tq_kernels.h"
 
-extern const kvq_method kvq_method_tq_mse;
-
 typedef struct {
     size_t inner_bytes; /* bytes of the inner plan's own record */
     size_t iqf;         /* floats of the inner prepared row; the K raw outlier components follow */
@@ -356,7 +354,7 @@ static void accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *c
     outl_accum(p, w, nq, codes, n, acc + di, (size_t)d);
 }
 
-int outliers_unrotate(const kvq_plan *p, const float *acc, float *out) {
+static int unrotate(const kvq_plan *p, const float *acc, float *out) {
     const outl_priv *P = PRIV(p);
     const int K = p->o.outliers, di = p->d - K;
     float tmp[KVQ_DIM_MAX], ov[KVQ_DIM_MAX];
@@ -395,7 +393,7 @@ static void embed_setup(kvq_plan *p, outl_priv *P) {
     const size_t sb = scale_bytes(in);
     P->embed = 0;
     P->slo = P->inner_bytes, P->shi = P->inner_bytes + 1, P->vo = P->inner_bytes + 2;
-    if (in->m != &kvq_method_tq_mse || direct16(di, b) || !direct16(d, b)) return;
+    if (in->rec.kind != KVQ_LAY_TQ || direct16(di, b) || !direct16(d, b)) return; /* tq-mse records only */
     if (SUBW[b][1] == 0) { /* one sub-field: the inner record read as it is */
         const int Si = di * b / 8, Sd = d * b / 8, per = 8 / b;
         for (int c = 0; c < di; c++) P->pos[c] = c % Si + (c / Si) * Sd;
@@ -440,16 +438,28 @@ static void embed_setup(kvq_plan *p, outl_priv *P) {
     P->embed = 2;
 }
 
-/* Builds an outlier plan: p has m, d, seed, o, isa set. */
-int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_calib, const int *channels) {
+static int selected(const kvq_plan_opts *o) { return o->outliers != 0; }
+
+/* The inner plan: the same method and options at dim d - K, its own seed. */
+static int inner(const kvq_plan_opts *o, int d, uint64_t seed, kvq_plan_opts *io, int *id, uint64_t *iseed) {
+    if (o->outliers % 8 || o->outliers < 8 || d - o->outliers < KVQ_DIM_MIN) return KVQ_ERR_INVALID_ARG;
+    *io = *o;
+    io->outliers = 0;
+    *id = d - o->outliers;
+    *iseed = kvq_seed_mix(seed, 0x4f55544c);
+    return KVQ_OK;
+}
+
+/* The K outlier channels: the calibration rows' K of highest variance, or
+ * src's (a clone). */
+static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src) {
     const int K = p->o.outliers, d = p->d, di = d - K;
     p->ch_out = malloc((size_t)K * sizeof(int));
     p->ch_in = malloc((size_t)di * sizeof(int));
     p->priv = calloc(1, sizeof(outl_priv));
     if (!p->ch_out || !p->ch_in || !p->priv) return KVQ_ERR_NOMEM;
-    outl_priv *P = p->priv;
-    if (channels) {
-        memcpy(p->ch_out, channels, (size_t)K * sizeof(int));
+    if (src) {
+        memcpy(p->ch_out, src->ch_out, (size_t)K * sizeof(int));
     } else {
         if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
         double mean[KVQ_DIM_MAX], var[KVQ_DIM_MAX];
@@ -470,40 +480,32 @@ int outliers_build(kvq_plan *p, const char *spec, const float *calib, size_t n_c
         if (k < K && p->ch_out[k] == c) k++;
         else p->ch_in[i++] = c;
     }
-    /* inner spec: the same spec without the +outliers option */
-    char inner[80];
-    size_t o = 0;
-    for (const char *s = spec; *s && o + 1 < sizeof inner;) {
-        if (!strncmp(s, "+outliers=", 10)) {
-            s += 10;
-            while (*s && *s != '+') s++;
-            continue;
-        }
-        inner[o++] = *s++;
-    }
-    inner[o] = 0;
-    int rc = kvq_plan_create(&p->inner, inner, di, seed_mix(p->seed, 0x4f55544c), NULL, 0);
-    if (rc) return rc;
-    if (p->inner->isa != p->isa) {
-        kvq_plan *c;
-        rc = kvq_plan_clone_isa(&c, p->inner, p->isa);
-        if (rc) return rc;
-        kvq_plan_free(p->inner);
-        p->inner = c;
-    }
+    return KVQ_OK;
+}
+
+/* Around p->inner: the record (layouts.h), the host layout, the kernels. */
+static int attach(kvq_plan *p) {
+    outl_priv *P = p->priv;
+    const int K = p->o.outliers, d = p->d;
     P->inner_bytes = p->inner->code_bytes;
-    p->code_bytes = p->inner->code_bytes + 2 + (size_t)K;
+    p->code_bytes = (size_t)kvq_outliers_bytes((int)P->inner_bytes, K);
+    p->rec.bytes = (int)p->code_bytes; /* kind KVQ_LAY_NONE: the record is described above */
+    p->rec.d = d;
     p->inner->code_bytes = p->code_bytes; /* inner kernels stride over whole records */
     embed_setup(p, P);
     P->iqf = P->embed ? TQ_QFLOATS(d) : p->inner->qfloats;
     p->qfloats = P->iqf + (size_t)K;
     p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
-    p->can_decode = p->inner->can_decode;
     p->rotated = 1;
-    p->encode = enc;
-    p->decode = p->can_decode ? dec : NULL;
-    p->prep = prep;
-    p->score = score;
-    p->accum = p->can_decode ? accum : NULL;
+    wrapper_kernels(p, enc, dec, prep, score, accum);
     return KVQ_OK;
 }
+
+static void fini(kvq_plan *p) {
+    free(p->priv);
+    free(p->ch_out);
+    free(p->ch_in);
+    p->priv = NULL, p->ch_out = p->ch_in = NULL;
+}
+
+const kvq_wrapper kvq_wrapper_outliers = {"+outliers", 1, selected, inner, calibrate, attach, unrotate, fini};

@@ -91,8 +91,8 @@ void q4_kernels_select(kvq_plan *p);
 
 static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
+    if (!rc) rc = plan_layout(p, KVQ_LAY_Q4, 0, 0);
     if (rc) return rc;
-    p->code_bytes = 4 * (size_t)nblocks(p->d) + (size_t)p->d / 2;
     p->qfloats = QBLK_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
@@ -103,4 +103,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_q4 = {"q4", 0, 0, 0, init, NULL};
+const kvq_method kvq_method_q4 = {"q4", 0, 0, 0, init, NULL, 0};

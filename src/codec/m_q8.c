@@ -85,8 +85,8 @@ void q8_kernels_select(kvq_plan *p);
 
 static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
+    if (!rc) rc = plan_layout(p, KVQ_LAY_Q8, 0, 0);
     if (rc) return rc;
-    p->code_bytes = 2 * (size_t)nblocks(p->d) + (size_t)p->d;
     p->qfloats = QBLK_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
@@ -97,4 +97,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_q8 = {"q8", 0, 0, 0, init, NULL};
+const kvq_method kvq_method_q8 = {"q8", 0, 0, 0, init, NULL, 0};

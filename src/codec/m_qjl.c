@@ -14,14 +14,15 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     for (int c = 0; c < p->d; c++) ss += (double)x[c] * x[c];
     int rc = scale_store(p, code, (float)sqrt(ss));
     if (rc) return rc;
-    qjl_signs(p, x, code + scale_bytes(p));
+    qjl_signs(p, x, code + p->rec.off[KVQ_QJL_SIGNS]);
     return KVQ_OK;
 }
 
 static void prep(const kvq_plan *p, const float *q, float *qp) { qjl_project(p, q, qp); }
 
 static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
-    qjl_layout L = {p->code_bytes, 0, scale_bytes(p), p->qjl_m, p->o.scale32, sqrtf((float)M_PI / 2) / (float)p->qjl_m, 0};
+    qjl_layout L = {p->code_bytes, (size_t)p->rec.off[KVQ_QJL_NORM], (size_t)p->rec.off[KVQ_QJL_SIGNS], p->qjl_m,
+                    p->o.scale32, sqrtf((float)M_PI / 2) / (float)p->qjl_m, 0};
     qjl_scores(&L, qp, p->qfloats, nq, codes, n, scores, p->isa);
 }
 
@@ -29,8 +30,8 @@ static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, 0, p->isa);
     if (rc) return rc;
     rc = qjl_init_matrix(p);
+    if (!rc) rc = plan_layout(p, KVQ_LAY_QJL, 0, p->qjl_m);
     if (rc) return rc;
-    p->code_bytes = scale_bytes(p) + (size_t)p->qjl_m / 8;
     p->qfloats = (size_t)p->qjl_m;
     p->can_decode = 0;
     p->encode = enc;
@@ -39,4 +40,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_qjl = {"qjl", 0, 0, 0, init, NULL};
+const kvq_method kvq_method_qjl = {"qjl", 0, 0, 0, init, NULL, 1};

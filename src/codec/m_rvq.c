@@ -15,9 +15,9 @@
 #include "tq_kernels.h"
 
 static tq_layout stage(const kvq_plan *p, int s) {
-    size_t sb = scale_bytes(p), ib = (size_t)p->d * p->bits / 8;
-    tq_layout L = {p->d, p->bits, s ? &p->cb2 : &p->cb, p->code_bytes, s ? sb : 0, 2 * sb + (s ? ib : 0), p->o.scale32,
-                   p->vnni, NULL};
+    const int *off = p->rec.off;
+    tq_layout L = {p->d, p->bits, s ? &p->cb2 : &p->cb, p->code_bytes, (size_t)off[s ? KVQ_RVQ_S2 : KVQ_RVQ_S1],
+                   (size_t)off[s ? KVQ_RVQ_IDX2 : KVQ_RVQ_IDX1], p->o.scale32, p->vnni, NULL};
     return L;
 }
 
@@ -38,8 +38,8 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     }
     float sigma = (float)sqrt(rr / d), rinv = sigma > 0 ? 1.0f / sigma : 0.0f;
     for (int c = 0; c < d; c++) i2[c] = (uint8_t)cb_quantize(&p->cb2, r[c] * rinv);
-    int rc = scale_store(p, code, s1);
-    if (!rc) rc = scale_store(p, code + scale_bytes(p), s1 * sigma);
+    int rc = scale_store(p, code + p->rec.off[KVQ_RVQ_S1], s1);
+    if (!rc) rc = scale_store(p, code + p->rec.off[KVQ_RVQ_S2], s1 * sigma);
     if (rc) return rc;
     tq_layout L1 = stage(p, 0), L2 = stage(p, 1);
     strided_pack(i1, d, p->bits, code + L1.idx_off);
@@ -84,11 +84,11 @@ static int init(kvq_plan *p) {
     int rc = rot_init(&p->rot, p->d, p->seed, !p->o.norot, p->isa);
     if (!rc) rc = lloyd_max_solve(&p->cb, DENS_GAUSS, p->bits, p->d);
     if (!rc) rc = lloyd_max_solve(&p->cb2, DENS_LAPLACE, p->bits, p->d);
+    if (!rc) rc = plan_layout(p, KVQ_LAY_RVQ, p->bits, 0);
     if (rc) return rc;
     cb_snap_int8(&p->cb);
     cb_snap_int8(&p->cb2);
     p->rotated = !p->o.norot;
-    p->code_bytes = 2 * scale_bytes(p) + 2 * ((size_t)p->d * p->bits / 8);
     p->qfloats = TQ_QFLOATS(p->d);
     p->encode = enc;
     p->decode = dec;
@@ -98,4 +98,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_rvq = {"rvq", 1, 4, 2, init, NULL};
+const kvq_method kvq_method_rvq = {"rvq", 1, 4, 2, init, NULL, 0};

@@ -14,7 +14,8 @@
 #include "tq_kernels.h"
 
 static tq_layout layout(const kvq_plan *p) {
-    tq_layout L = {p->d, p->bits, &p->cb, p->code_bytes, 0, scale_bytes(p), p->o.scale32, p->vnni, NULL};
+    tq_layout L = {p->d,          p->bits, &p->cb, p->code_bytes, (size_t)p->rec.off[KVQ_TQ_SCALE],
+                   (size_t)p->rec.off[KVQ_TQ_IDX], p->o.scale32, p->vnni, NULL};
     return L;
 }
 
@@ -22,13 +23,13 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     float y[KVQ_DIM_MAX], g;
     uint8_t idx[KVQ_DIM_MAX];
     if (p->isa >= KVQ_ISA_AVX512 &&
-        tq_encode_fused_avx512(&p->rot, &p->cb, p->d, p->bits, p->o.scale_norm, x, &g, code + scale_bytes(p)))
+        tq_encode_fused_avx512(&p->rot, &p->cb, p->d, p->bits, p->o.scale_norm, x, &g, code + p->rec.off[KVQ_TQ_IDX]))
         return scale_store(p, code, g);
     rot_apply(&p->rot, x, y);
     tq_quantize(&p->cb, y, p->d, p->o.scale_norm, idx, &g, p->isa);
     int rc = scale_store(p, code, g);
     if (rc) return rc;
-    strided_pack(idx, p->d, p->bits, code + scale_bytes(p));
+    strided_pack(idx, p->d, p->bits, code + p->rec.off[KVQ_TQ_IDX]);
     return KVQ_OK;
 }
 
@@ -72,8 +73,9 @@ static int init(kvq_plan *p) {
     rc = lloyd_max_solve(&p->cb, p->o.cb_gauss ? DENS_GAUSS : DENS_SPHERE, p->bits, p->d);
     if (rc) return rc;
     cb_snap_int8(&p->cb); /* <= 4 bits: integer scores (tq_kernels.h) */
+    rc = plan_layout(p, KVQ_LAY_TQ, p->bits, 0);
+    if (rc) return rc;
     p->rotated = !p->o.norot;
-    p->code_bytes = scale_bytes(p) + (size_t)p->d * p->bits / 8;
     p->qfloats = TQ_QFLOATS(p->d);
     p->encode = enc;
     if (p->isa >= KVQ_ISA_AVX512 && tq_encode_fused_ok(&p->rot, &p->cb, p->d, p->bits)) p->encode_rows = enc_rows;
@@ -84,4 +86,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_tq_mse = {"tq-mse", 1, 8, 4, init, NULL};
+const kvq_method kvq_method_tq_mse = {"tq-mse", 1, 8, 4, init, NULL, 0};

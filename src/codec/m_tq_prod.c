@@ -14,10 +14,11 @@
 #include "tq_kernels.h"
 
 static tq_layout layout(const kvq_plan *p) {
-    tq_layout L = {p->d, p->bits - 1, &p->cb, p->code_bytes, 0, scale_bytes(p), p->o.scale32, p->vnni, NULL};
+    tq_layout L = {p->d,          p->bits - 1, &p->cb, p->code_bytes, (size_t)p->rec.off[KVQ_TQPROD_SCALE],
+                   (size_t)p->rec.off[KVQ_TQPROD_IDX], p->o.scale32, p->vnni, NULL};
     return L;
 }
-static size_t res_off(const kvq_plan *p) { return scale_bytes(p) + (size_t)p->d * (p->bits - 1) / 8; }
+static size_t res_off(const kvq_plan *p) { return (size_t)p->rec.off[KVQ_TQPROD_RNORM]; }
 
 static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     float y[KVQ_DIM_MAX], g;
@@ -26,7 +27,7 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     tq_quantize(&p->cb, y, p->d, p->o.scale_norm, idx, &g, p->isa);
     int rc = scale_store(p, code, g);
     if (rc) return rc;
-    strided_pack(idx, p->d, p->bits - 1, code + scale_bytes(p));
+    strided_pack(idx, p->d, p->bits - 1, code + p->rec.off[KVQ_TQPROD_IDX]);
     /* residual against the scale actually stored */
     float gs = scale_load(p, code);
     double rr = 0;
@@ -37,7 +38,7 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     uint8_t *rq = code + res_off(p);
     rc = scale_store(p, rq, (float)sqrt(rr));
     if (rc) return rc;
-    qjl_signs(p, y, rq + scale_bytes(p));
+    qjl_signs(p, y, code + p->rec.off[KVQ_TQPROD_SIGNS]);
     return KVQ_OK;
 }
 
@@ -49,7 +50,7 @@ static void prep(const kvq_plan *p, const float *q, float *qp) {
 static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
     tq_layout L = layout(p);
     tq_score(&L, qp, p->qfloats, nq, codes, n, scores, p->isa);
-    qjl_layout Q = {p->code_bytes, res_off(p), res_off(p) + scale_bytes(p), p->qjl_m, p->o.scale32,
+    qjl_layout Q = {p->code_bytes, res_off(p), (size_t)p->rec.off[KVQ_TQPROD_SIGNS], p->qjl_m, p->o.scale32,
                     sqrtf((float)M_PI / 2) / (float)p->qjl_m, 1};
     qjl_scores(&Q, qp + TQ_QFLOATS(p->d), p->qfloats, nq, codes, n, scores, p->isa);
 }
@@ -61,9 +62,9 @@ static int init(kvq_plan *p) {
     if (rc) return rc;
     cb_snap_int8(&p->cb);
     rc = qjl_init_matrix(p);
+    if (!rc) rc = plan_layout(p, KVQ_LAY_TQPROD, p->bits - 1, p->qjl_m);
     if (rc) return rc;
     p->rotated = !p->o.norot;
-    p->code_bytes = res_off(p) + scale_bytes(p) + (size_t)p->qjl_m / 8;
     p->qfloats = TQ_QFLOATS(p->d) + (size_t)p->qjl_m;
     p->can_decode = 0;
     p->encode = enc;
@@ -72,4 +73,4 @@ static int init(kvq_plan *p) {
     return KVQ_OK;
 }
 
-const kvq_method kvq_method_tq_prod = {"tq-prod", 2, 8, 3, init, NULL};
+const kvq_method kvq_method_tq_prod = {"tq-prod", 2, 8, 3, init, NULL, 0};

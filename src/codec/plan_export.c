@@ -15,14 +15,10 @@ int kvq_plan_export(const kvq_plan *p, kvq_plan_tables *t) {
     t->signs = p->rot.signs;
     t->rot_mat = p->rot.mat;
     t->kind = KVQ_LAY_NONE;
-    if (p->inner) return KVQ_OK; /* +outliers */
-    const char *name = p->m->name;
-    if (!strcmp(name, "f16")) t->kind = KVQ_LAY_F16;
-    else if (!strcmp(name, "q8")) t->kind = KVQ_LAY_Q8;
-    else if (!strcmp(name, "tq-mse")) t->kind = KVQ_LAY_TQ, t->bits = p->bits;
-    else if (!strcmp(name, "tq-prod")) t->kind = KVQ_LAY_TQPROD, t->bits = p->bits - 1;
-    else if (!strcmp(name, "qjl")) t->kind = KVQ_LAY_QJL;
-    else if (!strcmp(name, "rvq")) t->kind = KVQ_LAY_RVQ, t->bits = p->bits;
+    if (p->inner) return KVQ_OK; /* +outliers, +center */
+    if (p->rec.kind < 0 || p->rec.kind >= KVQ_LAY_N_CUDA) return KVQ_OK; /* host-only records */
+    t->kind = p->rec.kind;
+    t->bits = p->rec.bits;
     if (t->kind == KVQ_LAY_TQ || t->kind == KVQ_LAY_TQPROD || t->kind == KVQ_LAY_RVQ) {
         t->n1 = p->cb.n;
         t->c1 = p->cb.c;
@@ -34,7 +30,7 @@ int kvq_plan_export(const kvq_plan *p, kvq_plan_tables *t) {
         t->t2 = p->cb2.t;
     }
     if (t->kind == KVQ_LAY_TQPROD || t->kind == KVQ_LAY_QJL) {
-        t->m = p->qjl_m;
+        t->m = p->rec.m; /* p->qjl_m */
         t->S = p->S;
     }
     return KVQ_OK;

@@ -92,7 +92,7 @@ KVQ_TARGET_AVX2 static void score256(const kvq_plan *p, const float *qp, size_t 
                     N[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8[j] + 32 * b))), ones);
                 float ks, km;
                 blk(rec, 32 * b, &ks, &km);
-                const __m128 inner = _mm_fmadd_ps(_mm_set1_ps(ks), _mm_cvtepi32_ps(qblk_hsum4_epi32(N[0], N[1], N[2], N[3])),
+                const __m128 inner = _mm_fmadd_ps(_mm_set1_ps(ks), _mm_cvtepi32_ps(hsum4_epi32_256(N[0], N[1], N[2], N[3])),
                                                   _mm_mul_ps(_mm_set1_ps(km), sbv[b]));
                 s = _mm_fmadd_ps(sqv[b], inner, s);
             }

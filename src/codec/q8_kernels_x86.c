@@ -44,7 +44,7 @@ KVQ_TARGET_AVX2 static void score_avx2(const kvq_plan *p, const float *qp, size_
                     I[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(qv, kv)), ones);
                 }
                 const __m128 t = _mm_mul_ps(_mm_set1_ps(blk_scale(rec, b)), sqv[b]);
-                s = _mm_fmadd_ps(t, _mm_cvtepi32_ps(qblk_hsum4_epi32(I[0], I[1], I[2], I[3])), s);
+                s = _mm_fmadd_ps(t, _mm_cvtepi32_ps(hsum4_epi32_256(I[0], I[1], I[2], I[3])), s);
             }
             float o[4];
             _mm_storeu_ps(o, s);

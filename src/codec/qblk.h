@@ -50,16 +50,6 @@ static inline int qblk_q4pos(int c) { return (c & ~31) + ((c & 1) << 4) + ((c & 
  * AVX2 (same bytes and floats) when isa >= AVX2. */
 void qblk_prep(int d, int q4, const float *q, float *qp, kvq_isa isa);
 
-#if KVQ_X86
-/* [sum a, sum b, sum c, sum d] of four 8-lane int32 vectors (AVX2 scores). */
-KVQ_TARGET_AVX2 static inline __m128i qblk_hsum4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
-    const __m256i t = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-}
-#endif
-
 /* AVX2 float value accumulation (qblk.c): acc += w * decoded value, 4 query
  * rows per pass over the records (each record decoded once per 4 rows). */
 void qblk_accum_avx2_q8(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);

@@ -4,7 +4,7 @@
  *
  * Scores (qblk.h: 8-bit queries, exact integer block sums), lanes = 16
  * records: the dwords of 16 records (4 coordinates each) are transposed by
- * unpacks (dwords16_transpose, simd_util.h) so that one vpdpbusd against the
+ * unpacks (dwords16_transpose, rec_transpose.h) so that one vpdpbusd against the
  * query's 4 bytes (a broadcast memory operand) adds 4 coordinates of 16
  * records; no horizontal sums. vpdpbusd multiplies unsigned by signed bytes:
  * q8 codes go in as k8 + 128 (xor 0x80) and the block's sum starts at
@@ -41,7 +41,7 @@
 #include <string.h>
 
 #include "qblk.h"
-#include "simd_util.h"
+#include "rec_transpose.h"
 
 #if KVQ_X86
 #define TV __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi2")))

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "codec_internal.h"
-#include "simd_util.h"
+#include "rec_transpose.h"
 
 void qjl_scores_ref(const qjl_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                     float *scores) {
@@ -82,7 +82,7 @@ KVQ_TARGET_AVX512 static void qjl_scores_avx512(const qjl_layout *L, const float
  * signs of 16 records; no horizontal sums (the kernel above spends about
  * half its instructions reducing 4 x 16 lanes per record). Same sums,
  * another order: equal to the reference within float rounding, as the
- * kernel above. The transpose: dwords16_transpose (simd_util.h). */
+ * kernel above. The transpose: dwords16_transpose (rec_transpose.h). */
 KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void
 qjl_tok_pass(const qjl_layout *L, const float *const q[4], const float *tot, const int QT, const uint8_t *codes, size_t n,
              float *const out[4]) {

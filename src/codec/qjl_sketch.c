@@ -16,8 +16,8 @@ int qjl_init_matrix(kvq_plan *p) {
     p->S = malloc((size_t)m * p->d * sizeof *p->S);
     if (!p->S) return KVQ_ERR_NOMEM;
     kvq_rng r;
-    rng_seed(&r, seed_mix(p->seed, 0x514a4c));
-    for (size_t i = 0; i < (size_t)m * p->d; i++) p->S[i] = (float)rng_gauss(&r);
+    kvq_rng_seed(&r, kvq_seed_mix(p->seed, 0x514a4c));
+    for (size_t i = 0; i < (size_t)m * p->d; i++) p->S[i] = (float)kvq_rng_gauss(&r);
     return KVQ_OK;
 }
 

@@ -106,8 +106,8 @@ static int haar_matrix(float *out, int d, uint64_t seed) {
     double *a = malloc((size_t)d * d * sizeof *a);
     if (!a) return KVQ_ERR_NOMEM;
     kvq_rng rng;
-    rng_seed(&rng, seed);
-    for (size_t i = 0; i < (size_t)d * d; i++) a[i] = rng_gauss(&rng);
+    kvq_rng_seed(&rng, seed);
+    for (size_t i = 0; i < (size_t)d * d; i++) a[i] = kvq_rng_gauss(&rng);
     /* columns of a (stored row-major: a[i*d + j] is row i, column j) */
     for (int j = 0; j < d; j++) {
         for (int pass = 0; pass < 2; pass++) /* re-orthogonalise for accuracy */
@@ -134,12 +134,12 @@ int rot_init(kvq_rotation *r, int d, uint64_t seed, int enabled, kvq_isa isa) {
     r->isa = isa;
     if (!enabled) { r->kind = ROT_NONE; return KVQ_OK; }
     kvq_rng rng;
-    rng_seed(&rng, seed_mix(seed, 0x524f54));
+    kvq_rng_seed(&rng, kvq_seed_mix(seed, 0x524f54));
     if (is_pow2(d)) {
         r->kind = ROT_HADAMARD;
         r->signs = malloc(2 * (size_t)d * sizeof *r->signs);
         if (!r->signs) return KVQ_ERR_NOMEM;
-        for (int i = 0; i < 2 * d; i++) r->signs[i] = (rng_u64(&rng) >> 63) ? -1.0f : 1.0f;
+        for (int i = 0; i < 2 * d; i++) r->signs[i] = (kvq_rng_u64(&rng) >> 63) ? -1.0f : 1.0f;
         return KVQ_OK;
     }
     r->kind = ROT_DENSE;
@@ -147,7 +147,7 @@ int rot_init(kvq_rotation *r, int d, uint64_t seed, int enabled, kvq_isa isa) {
     if (!r->mat) return KVQ_ERR_NOMEM;
     r->mat_t = malloc((size_t)d * d * sizeof *r->mat_t);
     if (!r->mat_t) return KVQ_ERR_NOMEM;
-    int rc = haar_matrix(r->mat, d, rng_u64(&rng));
+    int rc = haar_matrix(r->mat, d, kvq_rng_u64(&rng));
     if (rc) return rc;
     for (int i = 0; i < d; i++)
         for (int j = 0; j < d; j++) r->mat_t[(size_t)j * d + i] = r->mat[(size_t)i * d + j];

@@ -25,7 +25,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "simd_util.h"
+#include "rec_transpose.h"
 #include "tq_kernels.h"
 
 #if KVQ_X86
@@ -273,7 +273,7 @@ int tq_accum_vnni(const tq_layout *L, const float *w, size_t nq, const uint8_t *
  * of 16 records transposed by unpacks), so one vpdpbusd against the query's
  * 4 bytes (broadcast) adds 4 coordinates of 16 records, and the sums need no
  * reduction. Same integer sums as the reference, so the same bits. The
- * transpose: dwords16_transpose (simd_util.h). */
+ * transpose: dwords16_transpose (rec_transpose.h). */
 
 /* Rows j0..j0+QT-1 against all n records. */
 TV AI void stok_pass(const tq_layout *L, const float *qp, size_t qs, size_t j0, const int QT, const uint8_t *codes,

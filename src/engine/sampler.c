@@ -3,18 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "sampler.h"
 
 /* ------------------------------------------------------------------------ */
 /* RNG: xoshiro256** seeded through splitmix64                               */
 /* ------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -30,10 +24,10 @@ static uint64_t rng_next(uint64_t s[4]) {
 }
 
 /* uniform in [0, 1) with 53 random bits */
-static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+static double rng_uniform(uint64_t s[4]) { return kvq_unit53(rng_next(s)); }
 
 static void rng_seed(uint64_t s[4], uint64_t seed) {
-    for (int i = 0; i < 4; i++) s[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++) s[i] = kvq_splitmix64(&seed); /* rng.h */
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,4 +1,6 @@
-/* Small SIMD helpers shared by the x86 kernels (header-only, static inline). */
+/* Generic x86 SIMD helpers (header-only, static inline) shared by the
+ * codec's and the cache's kernels: horizontal sums, f16 / bf16 loads, the
+ * in-place vpdpbusd. Record-layout helpers stay in src/codec (rec_transpose.h). */
 #ifndef KVQ_SIMD_UTIL_H
 #define KVQ_SIMD_UTIL_H
 #include "cpu.h"
@@ -22,6 +24,15 @@ KVQ_TARGET_AVX2 static inline __m128 hsum4_256(__m256 a, __m256 b, __m256 c, __m
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
+/* [sum a, sum b, sum c, sum d] of four 8-lane int32 vectors. */
+KVQ_TARGET_AVX2 static inline __m128i hsum4_epi32_256(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    const __m256i t = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+/* sum(v): pairs of halves, then of quarters, then the last two lanes. */
 KVQ_TARGET_AVX2 static inline float hsum_256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -29,41 +40,24 @@ KVQ_TARGET_AVX2 static inline float hsum_256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* 8 (AVX2 + F16C) or 16 (AVX-512) f16 / bf16 values at p as floats; bf16
+ * is the top half of an f32, so a widening and a 16-bit shift are exact. */
+KVQ_TARGET_AVX2 static inline __m256 ld8_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+KVQ_TARGET_AVX512 static inline __m512 ld16_f16(const void *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+KVQ_TARGET_AVX2 static inline __m256 ld8_bf16(const void *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+KVQ_TARGET_AVX512 static inline __m512 ld16_bf16(const void *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
 /* acc += a (unsigned bytes) . b (signed bytes) per dword (vpdpbusd), in
  * place: gcc 12 copies the accumulators of _mm512_dpbusd_epi32 around every
  * instruction in the integer value loops (two moves each, and spills: ~30%
  * of those kernels' time). Needs an AVX-512 VNNI target. */
 #define DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
-
-/* Dwords of the 16-byte chunk at offset o (S < 16: the 8-byte chunk, dwords
- * 0 and 1) of 16 records r[0..15], transposed so that lanes are records:
- * X[g] lane 4i + q = dword g of record 4q + i (the token-lane score kernels
- * of tq_vnni_x86.c and qjl_kernels_x86.c). */
-KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void
-dwords16_transpose(const uint8_t *const r[16], size_t o, const int S, __m512i X[4]) {
-    __m512i Z[4];
-    for (int q = 0; q < 4; q++) {
-        __m512i z;
-        if (S >= 16) {
-            z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[4 * q] + o)));
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 1] + o)), 1);
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 2] + o)), 2);
-            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(r[4 * q + 3] + o)), 3);
-        } else {
-            z = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(r[4 * q] + o)));
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 1] + o)), 1);
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 2] + o)), 2);
-            z = _mm512_inserti32x4(z, _mm_loadl_epi64((const __m128i *)(r[4 * q + 3] + o)), 3);
-        }
-        Z[q] = z;
-    }
-    const __m512i a0 = _mm512_unpacklo_epi32(Z[0], Z[1]), a1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
-    const __m512i b0 = _mm512_unpacklo_epi32(Z[2], Z[3]), b1 = _mm512_unpackhi_epi32(Z[2], Z[3]);
-    X[0] = _mm512_unpacklo_epi64(a0, b0);
-    X[1] = _mm512_unpackhi_epi64(a0, b0);
-    X[2] = _mm512_unpacklo_epi64(a1, b1);
-    X[3] = _mm512_unpackhi_epi64(a1, b1);
-}
 
 #endif
 #endif
