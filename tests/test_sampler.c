@@ -324,7 +324,7 @@ static void test_pinned(void) {
         int same = 1;
         for (int i = 0; i < 16; i++) same &= sample1(&s, logits) == want[k][i];
         CHECK(same, "pinned sequence %d", k);
-        kvq_sampler_free(&s);
+        kvq_sampler_release(&s);
     }
 }
 
