@@ -3,7 +3,8 @@
  * float64 reference computed from the records the cache holds (decoded with
  * kvq_decode, or scored with kvq_score for key-only keys), f32/f16 caches
  * against float64 attention on the raw inputs, SIMD = scalar, N threads = 1
- * thread, window and sliding-window boundaries, truncate, batching,
+ * thread, the same rows in one call or many (bit for bit, every ISA), window
+ * and sliding-window boundaries, truncate, batching,
  * memory accounting, bad arguments.
  */
 #include <math.h>
@@ -423,6 +424,87 @@ static void test_softmax(void) {
     }
 }
 
+/* ---- batch invariance: a row's result does not depend on its block's end ----- */
+/* A query row sees its block [a, e) cut at its own position in a decode call
+ * (n = pos + 1 - a scores) and whole, with the future masked to -inf, in a
+ * prefill tile; both must give the same weights bit for bit, on every ISA
+ * (the AVX2 tail once went through libm expf, the body through the
+ * polynomial: batch-size dependent logits on AVX2-only CPUs). */
+static void test_softmax_invariance(void) {
+    tu_rng rng = {17};
+    for (int isa = KVQ_ISA_SCALAR; isa <= (int)kvq_cpu_isa(); isa++) {
+        int bad = 0;
+        for (size_t n = 1; n <= 40; n++) {
+            for (int st = 0; st < 2; st++) {
+                float a[48], b[48];
+                for (size_t i = 0; i < 48; i++) a[i] = b[i] = i < n ? (float)(3 * tu_gauss(&rng)) : -INFINITY;
+                if (n > 5) a[1] = b[1] = -INFINITY; /* a sliding-window mask in front */
+                float ma = st ? 0.7f : -INFINITY, la = st ? 3.0f : 0.0f, mb = ma, lb = la;
+                float al = softmax_block(a, n, &ma, &la, (kvq_isa)isa);
+                float bl = softmax_block(b, 48, &mb, &lb, (kvq_isa)isa);
+                if (memcmp(&al, &bl, sizeof al) || memcmp(&ma, &mb, sizeof ma) || memcmp(&la, &lb, sizeof la) ||
+                    memcmp(a, b, n * sizeof *a))
+                    bad++;
+                for (size_t i = n; i < 48; i++) bad += b[i] != 0.0f;
+            }
+        }
+        CHECK(bad == 0, "softmax isa %d: %d blocks whose weights depend on the block's length", isa, bad);
+    }
+}
+
+/* The same rows attended in one prefill call, in calls of 7 and 24 query
+ * tokens and one token at a time (decode): bit-identical outputs, for every
+ * ISA of this CPU (KVQ_ISA lowers the cache's) and a sample of methods. */
+static void test_batch_invariance(kvq_pool *pool) {
+    static const char *const pairs[][2] = {{"f16", "f16"}, {"f32", "bf16"}, {"q8", "q8"}, {"q4", "q4"},
+                                           {"tq-mse:4", "tq-mse:3"}, {"tq-prod:3", "rvq:2"}, {"qjl", "tq-mse:2"},
+                                           {"polar", "tq-mse:4+outliers=8"}};
+    const char *env = getenv("KVQ_ISA");
+    char saved[32] = "";
+    if (env) snprintf(saved, sizeof saved, "%s", env);
+    const kvq_isa top = kvq_cpu_isa();
+    tu_rng rng = {23};
+    const int H = 2, d = 64, G = 3, HQ = H * G;
+    const size_t ctx = 300, row = (size_t)H * d, qrow = (size_t)HQ * d; /* two pages: blocks of 256 and 44 */
+    float *k = gauss(&rng, ctx * row, 1.0), *v = gauss(&rng, ctx * row, 1.0), *q = gauss(&rng, ctx * qrow, 1.5);
+    float *all = malloc(ctx * qrow * sizeof *all), *part = malloc(ctx * qrow * sizeof *part);
+    for (int isa = KVQ_ISA_SCALAR; isa <= (int)top; isa++) {
+        if (isa == KVQ_ISA_SCALAR) setenv("KVQ_ISA", "scalar", 1);
+        else if (isa == KVQ_ISA_AVX2 && top > KVQ_ISA_AVX2) setenv("KVQ_ISA", "avx2", 1);
+        else if (env) setenv("KVQ_ISA", saved, 1);
+        else unsetenv("KVQ_ISA");
+        for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+            kvq_cache_config cfg = base_cfg(1, H, d, pairs[pi][0], pairs[pi][1]);
+            kvq_cache *c = NULL;
+            CHECK_OK(kvq_cache_create(&c, &cfg));
+            if (!c) continue;
+            CHECK(c->isa == (kvq_isa)isa, "cache isa %d, wanted %d", (int)c->isa, isa);
+            CHECK_OK(kvq_cache_append(c, 0, k, v, ctx));
+            CHECK_OK(kvq_cache_attend(c, 0, q, ctx, HQ, 0, 0.125f, all, pool));
+            static const size_t steps[] = {24, 7, 1};
+            for (int si = 0; si < 3; si++) {
+                for (size_t p = 0; p < ctx; p += steps[si]) {
+                    size_t nq = ctx - p < steps[si] ? ctx - p : steps[si];
+                    CHECK_OK(kvq_cache_attend(c, 0, q + p * qrow, nq, HQ, p, 0.125f, part + p * qrow, pool));
+                }
+                size_t first = ctx;
+                for (size_t p = 0; p < ctx && first == ctx; p++)
+                    if (memcmp(all + p * qrow, part + p * qrow, qrow * sizeof *all)) first = p;
+                CHECK(first == ctx, "isa %d k=%s v=%s: calls of %zu query tokens differ from one prefill call from position %zu",
+                      isa, pairs[pi][0], pairs[pi][1], steps[si], first);
+            }
+            kvq_cache_free(c);
+        }
+    }
+    if (env) setenv("KVQ_ISA", saved, 1);
+    else unsetenv("KVQ_ISA");
+    free(k);
+    free(v);
+    free(q);
+    free(all);
+    free(part);
+}
+
 /* ---- f16 window: which positions are f16, and what the others hold ----------- */
 static void test_window(void) {
     tu_rng rng = {11};
@@ -717,6 +799,8 @@ int main(void) {
     CHECK_OK(kvq_pool_create(&p2, 2));
     CHECK_OK(kvq_pool_create(&p3, 3));
     test_softmax();
+    test_softmax_invariance();
+    test_batch_invariance(p2);
     test_errors();
     test_memory();
     test_window();

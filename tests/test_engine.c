@@ -1,7 +1,8 @@
 /*
  * The engine on the real default model (SmolLM2, skipped when not
  * installed): prefill in one batch, in chunks and token by token give the
- * same logits; truncate + re-evaluate reproduces them; greedy generation of
+ * same logits (bit for bit with q8 activations on every ISA); truncate +
+ * re-evaluate reproduces them; greedy generation of
  * a known prompt; a compressed cache stays close to f16; bad inputs and
  * damaged model files are clean errors.
  */
@@ -94,6 +95,49 @@ static void test_consistency(const kvq_model *m, kvq_pool *pool) {
     free(c);
 }
 
+/* The fast path (q8 activations, f16 / tq-mse:4 cache) on every ISA of this
+ * CPU (weights: the session's isa, cache: KVQ_ISA): one batch, chunks of 5 and
+ * token by token give the same logits bit for bit. Both are quantizers (q8
+ * activations, f16 or 4-bit codes): a difference of one float rounding
+ * anywhere flips codes and moves the logits by 1e-1 (ppl by 1e-2), so the
+ * check is exact. */
+static void test_batch_isas(const kvq_model *m, kvq_pool *pool) {
+    static const int32_t toks[] = {504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314};
+    const int n = 12;
+    size_t V = (size_t)m->cfg.n_vocab;
+    float *a = malloc(sizeof(float) * V * n), *b = malloc(sizeof(float) * V * n);
+    const char *env = getenv("KVQ_ISA");
+    char saved[32] = "";
+    if (env) snprintf(saved, sizeof saved, "%s", env);
+    const kvq_isa top = kvq_cpu_isa();
+    static const char *const specs[] = {"f16", "tq-mse:4"};
+    for (int isa = KVQ_ISA_SCALAR; isa <= (int)top; isa++) {
+        if (isa == KVQ_ISA_SCALAR) setenv("KVQ_ISA", "scalar", 1);
+        else if (isa == KVQ_ISA_AVX2 && top > KVQ_ISA_AVX2) setenv("KVQ_ISA", "avx2", 1);
+        else if (env) setenv("KVQ_ISA", saved, 1);
+        else unsetenv("KVQ_ISA");
+        for (int si = 0; si < 2; si++) {
+            kvq_session_params p = kvq_session_default_params();
+            p.isa = isa == (int)top ? KVQ_ISA_BEST : (kvq_isa)isa;
+            p.k_spec = p.v_spec = specs[si];
+            CHECK_OK(eval_chunks(m, &p, pool, toks, n, 0, a));
+            static const int chunks[] = {5, 1};
+            for (int ci = 0; ci < 2; ci++) {
+                CHECK_OK(eval_chunks(m, &p, pool, toks, n, chunks[ci], b));
+                int first = n;
+                for (int t = 0; t < n && first == n; t++)
+                    if (memcmp(a + (size_t)t * V, b + (size_t)t * V, V * sizeof *a)) first = t;
+                CHECK(first == n, "isa %d %s cache, q8 activations: chunks of %d differ from one batch from position %d (%g)",
+                      isa, specs[si], chunks[ci], first, max_rel(b, a, V * n));
+            }
+        }
+    }
+    if (env) setenv("KVQ_ISA", saved, 1);
+    else unsetenv("KVQ_ISA");
+    free(a);
+    free(b);
+}
+
 static void test_compressed_cache(const kvq_model *m, kvq_pool *pool) {
     static const int32_t toks[] = {504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314};
     const int n = 12;
@@ -176,6 +220,7 @@ int main(void) {
     test_tokenizer_glue(m);
     test_consistency(m, pool);
     test_compressed_cache(m, pool);
+    test_batch_isas(m, pool);
     test_damaged(path);
     kvq_pool_free(pool);
     kvq_model_free(m);

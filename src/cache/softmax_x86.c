@@ -129,12 +129,20 @@ KVQ_TARGET_AVX2 float softmax_block_avx2(float *s, size_t n, float *m, float *l)
         _mm256_storeu_ps(s + i, e);
         vs = _mm256_add_ps(vs, e);
     }
-    float sum = hsum_256(vs);
-    for (; i < n; i++) {
-        s[i] = expf(s[i] - mn);
-        sum += s[i];
+    if (i < n) {
+        /* the tail through the same polynomial, padded with -inf (exactly 0):
+         * an element's weight must not depend on where the block ends, or a
+         * query's result would depend on the batch it is evaluated in (a
+         * decode row sees n = its position + 1 keys, a prefill row the whole
+         * block with the future masked) */
+        float t[8];
+        for (size_t j = 0; j < 8; j++) t[j] = i + j < n ? s[i + j] : -INFINITY;
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), vmn));
+        _mm256_storeu_ps(t, e);
+        for (size_t j = 0; i + j < n; j++) s[i + j] = t[j];
+        vs = _mm256_add_ps(vs, e);
     }
-    *l = *l * alpha + sum;
+    *l = *l * alpha + hsum_256(vs);
     *m = mn;
     return alpha;
 }
