@@ -202,7 +202,8 @@ KVQ_API int kvq_decode(const kvq_plan *plan, const void *codes, size_t n, float 
  * Prepares a query for scoring: writes kvq_plan_query_floats(plan) floats,
  * an opaque row (the rotated query, its QJL projection for sketch-based
  * methods, 8-bit copies for the integer scores of tq-mse <= 4 bits, q8, q4,
- * and the 8-bit pair tables of polar / polar:3).
+ * and the 8-bit pair tables of polar / polar:3). KVQ_ERR_NONFINITE (and
+ * qprep untouched) if q holds a NaN or Inf.
  */
 KVQ_API int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep);
 
@@ -210,6 +211,7 @@ KVQ_API int kvq_query_prepare(const kvq_plan *plan, const float *q, float *qprep
  * Inner products <q, k_i> estimated from codes, for nq prepared queries
  * (qprep rows of kvq_plan_query_floats floats) against n codes:
  * scores[j * n + i] = est <q_j, k_i>. The codes are never decoded to a buffer.
+ * KVQ_ERR_OVERFLOW if nq * query_floats or nq * n does not fit in size_t.
  */
 KVQ_API int kvq_score(const kvq_plan *plan, const float *qprep, size_t nq, const void *codes, size_t n,
               float *scores);
@@ -217,6 +219,7 @@ KVQ_API int kvq_score(const kvq_plan *plan, const float *qprep, size_t nq, const
 /*
  * acc[j * dim + c] += sum_i p[j * n + i] * v_i[c] in the plan's rotated
  * domain, for nq weight rows. Call kvq_unrotate once on each finished row.
+ * KVQ_ERR_OVERFLOW if nq * n or nq * dim does not fit in size_t.
  */
 KVQ_API int kvq_accumulate(const kvq_plan *plan, const float *p, size_t nq, const void *codes, size_t n,
                    float *acc);
