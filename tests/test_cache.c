@@ -778,6 +778,32 @@ static void test_errors(void) {
     CHECK(kvq_cache_attend(c, 0, q, 1, 4, 0, NAN, out, NULL) == KVQ_ERR_INVALID_ARG, "NaN scale");
     CHECK_OK(kvq_cache_attend(c, 0, q, 0, 4, 0, 1, out, NULL));
     CHECK_OK(kvq_cache_attend(c, 0, q, 2, 4, 2, 1, out, NULL));
+    /* a NaN/Inf query (or one whose product with scale overflows) is
+     * refused before anything is written (it returned KVQ_OK with NaN rows) */
+    const float bad_q[] = {NAN, INFINITY, -INFINITY, 3e38f};
+    for (int b = 0; b < 4; b++)
+        for (int at = 0; at < 2 * 4 * 64; at += 2 * 4 * 64 - 1) { /* first and last value of 2 tokens x 4 heads */
+            float q2[2 * 4 * 64], o2[2 * 4 * 64];
+            for (int i = 0; i < 2 * 4 * 64; i++) {
+                q2[i] = 0.5f;
+                o2[i] = -7.0f;
+            }
+            q2[at] = bad_q[b];
+            float sc = b == 3 ? 10.0f : 1.0f;
+            CHECK(kvq_cache_attend(c, 0, q2, 2, 4, 2, sc, o2, NULL) == KVQ_ERR_NONFINITE, "query %g at %d accepted",
+                  bad_q[b], at);
+            int untouched = 1;
+            for (int i = 0; i < 2 * 4 * 64; i++) untouched &= o2[i] == -7.0f;
+            CHECK(untouched, "output written for a refused query");
+        }
+    {
+        float q2[4 * 64], o2[4 * 64];
+        for (int i = 0; i < 4 * 64; i++) q2[i] = 1e30f;
+        CHECK_OK(kvq_cache_attend(c, 0, q2, 1, 4, 3, 1e-20f, o2, NULL)); /* large but finite once scaled */
+        int finite = 1;
+        for (int i = 0; i < 4 * 64; i++) finite &= isfinite(o2[i]) != 0;
+        CHECK(finite, "finite query, finite output");
+    }
     CHECK(kvq_cache_truncate(NULL, 0) == KVQ_ERR_NULL, "truncate NULL");
     CHECK_OK(kvq_cache_truncate(c, 100)); /* beyond len: nothing to drop */
     CHECK(kvq_cache_len(c, 0) == 4 && kvq_cache_len(c, 9) == 0 && kvq_cache_len(NULL, 0) == 0, "len");

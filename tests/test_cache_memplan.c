@@ -7,9 +7,136 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "cache/cache_internal.h"
 #include "kvq.h"
 #include "testutil.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/*
+ * The closed form against the step-by-step simulation on random
+ * configurations: several sliding windows per cache, f16 windows,
+ * calibration, f16 layers, batches from 1 to the whole run.
+ */
+static void random_configs(tu_rng *r) {
+    static const char *const specs[] = {"f16", "q8", "tq-mse:3", "tq-mse:4+outliers=8", "rvq:1", "q4+chscale"};
+    int bad = 0;
+    for (int it = 0; it < 300 && bad < 5; it++) {
+        int sliding[8], f16l[2];
+        kvq_cache_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_layers = 1 + (int)(tu_next(r) % 8);
+        cfg.n_kv_heads = 1 + (int)(tu_next(r) % 3);
+        cfg.head_dim = 64;
+        cfg.k_spec = specs[tu_next(r) % 6];
+        cfg.v_spec = specs[tu_next(r) % 6];
+        cfg.f16_window = (tu_next(r) % 3) ? (int)(tu_next(r) % 300) : 0;
+        cfg.compress_sliding = (int)(tu_next(r) % 2);
+        cfg.outlier_calib_tokens = (int)(tu_next(r) % 400);
+        for (int l = 0; l < cfg.n_layers; l++) {
+            uint64_t x = tu_next(r) % 6;
+            sliding[l] = x == 0 ? 0 : x == 1 ? 1 : x == 2 ? 64 : (int)(1 + tu_next(r) % 700);
+        }
+        cfg.sliding_window = sliding;
+        if (tu_next(r) % 3 == 0) {
+            f16l[0] = 0;
+            f16l[1] = -1;
+            cfg.f16_layers = f16l;
+            cfg.n_f16_layers = 2;
+        }
+        kvq_cache *c = NULL;
+        int rc = kvq_cache_create(&c, &cfg);
+        CHECK(rc == KVQ_OK, "random config %d: create %d", it, rc);
+        if (rc) continue;
+        const size_t n = 1 + (size_t)(tu_next(r) % 30000);
+        const uint64_t bx = tu_next(r) % 5;
+        const size_t batch = bx == 0 ? 1 : bx == 1 ? 0 : bx == 2 ? 64 : 1 + (size_t)(tu_next(r) % (bx == 3 ? 300 : n));
+        size_t a1 = 0, p1 = 0, a2 = 0, p2 = 0, a3 = 0;
+        int r1 = kvq_cache_memory_plan(c, n, batch, &a1, &p1);
+        int r2 = cache_memory_plan_sim(c, n, batch, &a2, &p2);
+        int r3 = kvq_cache_memory_plan(c, n, batch, &a3, NULL);
+        if (r1 || r2 || r3 || a1 != a2 || p1 != p2 || a3 != a2) {
+            CHECK(0, "random config %d (%d layers, window %d, calib %d, %s/%s) n %zu batch %zu: plan %zu/%zu (%d), "
+                  "simulated %zu/%zu (%d)", it, cfg.n_layers, cfg.f16_window, cfg.outlier_calib_tokens, cfg.k_spec,
+                  cfg.v_spec, n, batch, a1, p1, r1, a2, p2, r2);
+            bad++;
+        }
+        kvq_cache_free(c);
+    }
+}
+
+/*
+ * Huge counts with sliding-window layers: it looped over every batch (2^40
+ * iterations for 2^40 tokens one at a time, SIZE_MAX never returned). Now
+ * bounded: a sliding layer's bytes repeat every page of tokens once it
+ * evicts, so the figure at 2^40 equals the simulated one at 2^20 (the same
+ * phase), plus the global layers in closed form.
+ */
+static void huge_counts(void) {
+    static const int gemma_like[6] = {512, 512, 512, 512, 512, 0};
+    static const int sliding_only[2] = {512, 1000};
+    for (int mixed = 0; mixed < 2; mixed++) {
+        kvq_cache_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_layers = mixed ? 6 : 2;
+        cfg.n_kv_heads = 1;
+        cfg.head_dim = 64;
+        cfg.k_spec = cfg.v_spec = "tq-mse:4";
+        cfg.f16_window = 32;
+        cfg.compress_sliding = 1;
+        cfg.sliding_window = mixed ? gemma_like : sliding_only;
+        kvq_cache *c = NULL;
+        CHECK_OK(kvq_cache_create(&c, &cfg));
+        if (!c) continue;
+        const size_t big = (size_t)1 << 40, small = (size_t)1 << 20;
+        for (size_t batch = 1; batch <= 64; batch *= 4) {
+            size_t at = 0, peak = 0, sa = 0, sp = 0, ra = 0, rp = 0;
+            double t0 = now_s();
+            CHECK_OK(kvq_cache_memory_plan(c, big, batch, &at, &peak));
+            double dt = now_s() - t0;
+            CHECK(dt < 2.0, "2^40 tokens, batch %zu: %.3f s", batch, dt);
+            CHECK_OK(cache_memory_plan_sim(c, small, batch, &sa, &sp));
+            CHECK_OK(kvq_cache_memory_plan(c, small, batch, &ra, &rp));
+            CHECK(ra == sa && rp == sp, "2^20 tokens batch %zu: %zu/%zu vs simulated %zu/%zu", batch, ra, rp, sa, sp);
+            if (!mixed) {
+                CHECK(at == sa && peak == sp, "sliding only, 2^40 tokens batch %zu: %zu/%zu, at 2^20 %zu/%zu", batch,
+                      at, peak, sa, sp);
+            } else { /* the global layer's share grows, the sliding layers' is periodic */
+                size_t ga = 0, gs = 0;
+                int global[1] = {0};
+                kvq_cache_config g = cfg;
+                g.n_layers = 1;
+                g.sliding_window = global;
+                kvq_cache *cg = NULL;
+                CHECK_OK(kvq_cache_create(&cg, &g));
+                CHECK_OK(kvq_cache_memory_plan(cg, big, batch, &ga, NULL));
+                CHECK_OK(kvq_cache_memory_plan(cg, small, batch, &gs, NULL));
+                kvq_cache_free(cg);
+                CHECK(at - ga == sa - gs, "gemma-like 2^40 batch %zu: %zu (global %zu), at 2^20 %zu (%zu)", batch, at,
+                      ga, sa, gs);
+                /* the peak: near the end, within the sliding layers' swing */
+                const size_t swing = 5 * (CACHE_MAX_SPARE + 2) * c->layers[0].page_bytes;
+                CHECK(peak >= at && peak - at <= swing, "gemma-like 2^40 batch %zu: peak %zu at %zu", batch, peak, at);
+            }
+        }
+        /* the appends the cache refuses (n > SIZE_MAX / 4) are refused here too, at once */
+        size_t at = 0, peak = 0;
+        double t0 = now_s();
+        CHECK(kvq_cache_memory_plan(c, SIZE_MAX, 1, &at, &peak) == KVQ_ERR_OVERFLOW, "SIZE_MAX tokens");
+        CHECK(kvq_cache_memory_plan(c, SIZE_MAX / 4 + 1, 1, &at, NULL) == KVQ_ERR_OVERFLOW, "SIZE_MAX / 4 + 1 tokens");
+        CHECK(kvq_cache_memory_plan(c, SIZE_MAX / 4, 0, &at, NULL) == KVQ_ERR_OVERFLOW, "one batch beyond append's limit");
+        int rc = kvq_cache_memory_plan(c, SIZE_MAX / 4, 1, &at, &peak);
+        CHECK(mixed ? rc == KVQ_ERR_OVERFLOW : rc == KVQ_OK, "SIZE_MAX / 4 tokens one at a time: %d", rc);
+        CHECK(now_s() - t0 < 2.0, "huge counts took %.3f s", now_s() - t0);
+        kvq_cache_free(c);
+    }
+}
 
 typedef struct {
     const char *name, *k, *v;
@@ -110,5 +237,7 @@ int main(void) {
     CHECK(kvq_cache_memory_plan(c, 1, 1, NULL, NULL) == KVQ_ERR_NULL, "NULL at");
     CHECK(kvq_cache_memory_plan(c, SIZE_MAX / 2, 0, &a1, NULL) == KVQ_ERR_OVERFLOW, "overflow");
     kvq_cache_free(c);
+    random_configs(&r);
+    huge_counts();
     return tu_finish("test_cache_memplan");
 }

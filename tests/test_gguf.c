@@ -10,6 +10,7 @@
 
 #include "engine/ggml_types.h"
 #include "engine/gguf.h"
+#include "engine/model.h"
 #include "kvq.h"
 #include "testutil.h"
 
@@ -417,7 +418,48 @@ static void test_real_model(void) {
     kvq_gguf_close(g);
 }
 
+/*
+ * The model loader on hostile hyperparameters (found by tests/fuzz/fuzz_gguf:
+ * a 78 kB file claiming embedding_length 134217792 made it malloc 7 GB
+ * before any shape check). It sized the buffer of the f32 vectors from the
+ * metadata alone; now every tensor is checked first and the buffer has the
+ * size the checked tensors need. Here: 512 layers of 2^30-wide embeddings
+ * (32 TB of vectors by the old count: KVQ_ERR_NOMEM, or an abort under ASan)
+ * over a file that holds one [64 x 2] token_embd: a shape error.
+ */
+static void test_model_hostile_sizes(void) {
+    for (int variant = 0; variant < 2; variant++) {
+        buf b = {0};
+        u32(&b, GGUF_MAGIC);
+        u32(&b, 3);
+        u64(&b, 1);
+        u64(&b, 8);
+        key(&b, "general.architecture", GGUF_TYPE_STRING); str(&b, "llama");
+        key(&b, "llama.block_count", GGUF_TYPE_UINT32); u32(&b, 512);
+        key(&b, "llama.embedding_length", GGUF_TYPE_UINT32); u32(&b, variant ? 134217792u : 1u << 30);
+        key(&b, "llama.feed_forward_length", GGUF_TYPE_UINT32); u32(&b, 1u << 30);
+        key(&b, "llama.attention.head_count", GGUF_TYPE_UINT32); u32(&b, 1);
+        key(&b, "llama.attention.head_count_kv", GGUF_TYPE_UINT32); u32(&b, 1);
+        key(&b, "llama.attention.key_length", GGUF_TYPE_UINT32); u32(&b, 64);
+        key(&b, "llama.attention.value_length", GGUF_TYPE_UINT32); u32(&b, 64);
+        str(&b, "token_embd.weight"); u32(&b, 2); u64(&b, 64); u64(&b, 2); u32(&b, GGML_TYPE_F32); u64(&b, 0);
+        pad_to(&b, 32);
+        for (int i = 0; i < 128; i++) f32(&b, 0.01f * (float)i);
+        kvq_gguf_file *g = NULL;
+        CHECK_OK(kvq_gguf_open_buffer(&g, b.p, b.n));
+        kvq_model *m = NULL;
+        char err[256] = "";
+        int rc = g ? kvq_model_from_gguf(&m, g, err, sizeof err) : -1;
+        CHECK(rc == KVQ_ERR_FORMAT && m == NULL && strstr(err, "token_embd.weight has shape"),
+              "hostile embedding_length: %d (%s)", rc, err);
+        if (rc) kvq_gguf_close(g);
+        else kvq_model_free(m);
+        free(b.p);
+    }
+}
+
 int main(void) {
+    test_model_hostile_sizes();
     buf v3 = make_valid(3, 0), v2 = make_valid(2, 0), a64 = make_valid(3, 64);
     check_valid(&v3, 3, 0);
     check_valid(&v2, 2, 0);

@@ -76,6 +76,39 @@ int main(void) {
     CHECK(kvq_vecfile_read(NULL, &out, &x) == KVQ_ERR_NULL, "null path");
     kvq_vecfile_info bad = {0, 1, KVQ_DTYPE_F32, 0, 0, 0};
     CHECK(kvq_vecfile_write(path, &bad, x) == KVQ_ERR_INVALID_ARG, "dim 0");
+
+    /* the writer refuses every header the reader would refuse, before it
+     * writes anything (it accepted kind 4.. and wrote a file the reader then
+     * rejected as KVQ_ERR_FORMAT) */
+    kvq_vecfile_info ok_info = {d, 2, KVQ_DTYPE_F16, 1, 1, 2};
+    CHECK_OK(kvq_vecfile_write(path, &ok_info, x));
+    long before = file_size(path);
+    const kvq_vecfile_info refused[] = {
+        {d, 2, KVQ_DTYPE_F32, 0, 0, 4},          {d, 2, KVQ_DTYPE_F32, 0, 0, 99},
+        {d, 2, KVQ_DTYPE_F32, 0, 0, 0xffffffffu}, {d, 2, (kvq_dtype)3, 0, 0, 0},
+        {d, 2, (kvq_dtype)-1, 0, 0, 0},          {65537, 1, KVQ_DTYPE_F32, 0, 0, 0},
+        {0, 0, KVQ_DTYPE_BF16, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CHECK(kvq_vecfile_write(path, &refused[i], x) == KVQ_ERR_INVALID_ARG, "header %zu (kind %u dtype %d dim %u) "
+              "accepted", i, refused[i].kind, (int)refused[i].dtype, refused[i].dim);
+        CHECK(file_size(path) == before, "refused header %zu touched the file", i);
+    }
+    float *y = NULL;
+    CHECK_OK(kvq_vecfile_read(path, &out, &y));
+    CHECK(out.kind == 2 && out.count == 2, "file left as it was");
+    free(y);
+    /* and every header it accepts reads back */
+    for (uint32_t kind = 0; kind <= 3; kind++)
+        for (int dt = 0; dt < 3; dt++) {
+            kvq_vecfile_info in2 = {kind == 3 ? 65536 : 8, kind == 3 ? 0 : 3, (kvq_dtype)dt, 7, 2, kind};
+            CHECK_OK(kvq_vecfile_write(path, &in2, x));
+            y = NULL;
+            CHECK_OK(kvq_vecfile_read(path, &out, &y));
+            CHECK(out.kind == kind && out.dim == in2.dim && out.count == in2.count && out.dtype == in2.dtype,
+                  "kind %u dtype %d read back", kind, dt);
+            free(y);
+        }
     unlink(path);
     free(orig);
     free(x);

@@ -30,8 +30,9 @@ static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0
 
 int kvq_vecfile_write(const char *path, const kvq_vecfile_info *info, const float *x) {
     if (!path || !info || (!x && info->count)) return KVQ_ERR_NULL;
-    size_t es = kvq_dtype_size(info->dtype);
-    if (!es || info->dim == 0 || info->dim > 65536) return KVQ_ERR_INVALID_ARG;
+    /* everything kvq_vecfile_read checks, before anything is written */
+    size_t es = (unsigned)info->dtype <= 2 ? kvq_dtype_size(info->dtype) : 0;
+    if (!es || info->dim == 0 || info->dim > 65536 || info->kind > 3) return KVQ_ERR_INVALID_ARG;
     if (info->count > SIZE_MAX / info->dim / es) return KVQ_ERR_OVERFLOW;
     size_t nv = (size_t)info->count * info->dim, bytes = nv * es;
     uint8_t *buf = malloc(bytes ? bytes : 1);

@@ -247,6 +247,12 @@ int kvq_cache_attend(kvq_cache *c, int layer, const float *q, size_t nq, int n_q
     const cache_layer *L = &c->layers[layer];
     if (pos0 > L->len || nq > L->len - pos0) return KVQ_ERR_INVALID_ARG;
     if (row_lo(L, pos0) < L->base) return KVQ_ERR_STATE; /* dropped from a sliding window */
+    /* the queries, before anything is written: NaN/Inf, or a product with
+     * scale beyond float, would make every score of the row NaN */
+    const size_t row_floats = (size_t)n_q_heads * (size_t)c->d;
+    if (nq > SIZE_MAX / sizeof(float) / row_floats) return KVQ_ERR_OVERFLOW;
+    for (size_t i = 0; i < nq * row_floats; i++)
+        if (!isfinite(q[i]) || !isfinite(q[i] * scale)) return KVQ_ERR_NONFINITE;
 
     attn_job J;
     memset(&J, 0, sizeof J);

@@ -150,4 +150,9 @@ void vscale(float *y, size_t n, float a, kvq_isa isa);
  */
 int cache_locate(const kvq_cache *c, int layer, int head, size_t pos, const uint8_t **k, const kvq_plan **kp,
                  const uint8_t **v, const kvq_plan **vp);
+/*
+ * kvq_cache_memory_plan by simulating every append (O(layers x n / batch)):
+ * the reference tests/test_cache_memplan.c compares the closed form with.
+ */
+int cache_memory_plan_sim(const kvq_cache *c, size_t n_tokens, size_t batch, size_t *at, size_t *peak);
 #endif

@@ -2,7 +2,8 @@
  * Memory planning: the K/V bytes a cache's configuration holds after n
  * tokens, computed from the configuration alone with the same page, spare
  * and ring rules as store.c / append.c (tests/test_cache_memplan.c checks
- * the two agree on real appends).
+ * the two agree on real appends, and this against the step-by-step
+ * simulation below on random configurations).
  *
  * Per layer, from an empty cache, appending ntok tokens does:
  *   ready     = ready || len + ntok >= calib_tokens        (+outliers plans)
@@ -13,8 +14,27 @@
  *   sliding layers then drop whole pages below len_old + 1 - Wl (at most
  *   CACHE_MAX_SPARE of them kept as spares)
  *   bytes     = (pages + spares) * page_bytes + tail_cap * H * 2 * 2 * d
+ *
  * Global layers only grow, so their state after n tokens does not depend on
- * the batches; sliding layers are simulated batch by batch.
+ * the batches: closed form. A sliding layer, appended to in batches of b:
+ *  - until its first page is dropped (step k_d, known in closed form) it is
+ *    in the state of a global layer of the same length;
+ *  - from then on its transition commutes with a shift of every position by
+ *    P (len, main_end += P, first_page += 1): it is ready, longer than W and
+ *    than its window, and holds at least one page. Its state relative to
+ *    first_page * P therefore takes finitely many values and becomes
+ *    periodic, in practice within a few windows' worth of pages: it is
+ *    simulated until a relative state repeats (Brent's cycle detection),
+ *    and any later step is a stored state shifted by whole periods.
+ * The peak is the largest total over the steps: between breakpoints (the
+ * calibration step, each sliding class's k_d and cycle start) every layer's
+ * bytes are either nondecreasing (global-like) or periodic, so the largest
+ * value of an interval lies in its last lcm(periods) steps (an interval
+ * holding a pre-periodic stretch is evaluated step by step; such stretches
+ * are short). Cost: O(layers x (windows / P + periods)) instead of
+ * O(layers x n / b); layers with the same geometry are counted once.
+ * The appends kvq_cache_append refuses (a batch or a length beyond its
+ * KVQ_ERR_OVERFLOW limits) give KVQ_ERR_OVERFLOW here too.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -88,72 +108,261 @@ static int add(size_t *acc, size_t b) {
     return KVQ_OK;
 }
 
-int kvq_cache_memory_plan(const kvq_cache *c, size_t n_tokens, size_t batch, size_t *at, size_t *peak) {
+/* acc += count * b */
+static int add_n(size_t *acc, size_t count, size_t b) {
+    if (b == SIZE_MAX || (b && count > SIZE_MAX / b)) return KVQ_ERR_OVERFLOW;
+    return add(acc, count * b);
+}
+
+/* The limits of kvq_cache_append (KVQ_ERR_OVERFLOW) for n tokens in batches of b. */
+static int append_limits(const kvq_cache *c, size_t n, size_t b) {
+    const size_t row = (size_t)c->H * (size_t)c->d;
+    if (n > SIZE_MAX / 4 || b > SIZE_MAX / 8 / row) return KVQ_ERR_OVERFLOW;
+    return KVQ_OK;
+}
+
+/* ---- the step-by-step simulation (reference; O(layers x n / batch)) -------- */
+int cache_memory_plan_sim(const kvq_cache *c, size_t n_tokens, size_t batch, size_t *at, size_t *peak) {
     if (!c || !at) return KVQ_ERR_NULL;
     if (batch == 0 || batch > n_tokens) batch = n_tokens ? n_tokens : 1;
-    /* global layers: monotonic, so their share of the peak is their final state */
-    size_t global = 0;
-    int n_sliding = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const cache_layer *L = &c->layers[l];
-        if (L->sliding) { n_sliding++; continue; }
-        sim_layer s;
-        global_state(L, n_tokens, &s);
-        if (add(&global, sim_bytes(c, L, &s))) return KVQ_ERR_OVERFLOW;
-    }
-    if (!n_sliding) {
-        *at = global;
-        if (peak) *peak = global;
-        return KVQ_OK;
-    }
-    /* sliding layers: simulated append by append; the peak adds the global
-     * layers' bytes at that point (which never exceed their final bytes) */
-    sim_layer *sim = calloc((size_t)n_sliding, sizeof *sim);
-    const cache_layer **sl = calloc((size_t)n_sliding, sizeof *sl);
-    if (!sim || !sl) { free(sim); free(sl); return KVQ_ERR_NOMEM; }
-    int j = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        if (c->layers[l].sliding) {
-            sl[j] = &c->layers[l];
-            sim[j].ready = sl[j]->calib_tokens == 0;
-            j++;
-        }
+    if (n_tokens && append_limits(c, n_tokens, batch)) return KVQ_ERR_OVERFLOW;
+    sim_layer *sim = calloc((size_t)c->n_layers, sizeof *sim);
+    if (!sim) return KVQ_ERR_NOMEM;
+    for (int l = 0; l < c->n_layers; l++) sim[l].ready = c->layers[l].calib_tokens == 0;
     size_t best = 0, last = 0, done = 0;
     int rc = KVQ_OK;
     while (done < n_tokens && !rc) {
-        size_t ntok = n_tokens - done < batch ? n_tokens - done : batch;
+        size_t ntok = n_tokens - done < batch ? n_tokens - done : batch, now = 0;
         done += ntok;
-        size_t now = 0;
-        for (int i = 0; i < n_sliding && !rc; i++) {
-            sim_append(sl[i], &sim[i], ntok);
-            rc = add(&now, sim_bytes(c, sl[i], &sim[i]));
+        for (int l = 0; l < c->n_layers && !rc; l++) {
+            sim_append(&c->layers[l], &sim[l], ntok);
+            rc = add(&now, sim_bytes(c, &c->layers[l], &sim[l]));
         }
-        if (!rc && peak) { /* global layers at `done` tokens */
-            for (int l = 0; l < c->n_layers && !rc; l++) {
-                const cache_layer *L = &c->layers[l];
-                if (L->sliding) continue;
-                sim_layer s;
-                global_state(L, done, &s);
-                rc = add(&now, sim_bytes(c, L, &s));
-            }
-            if (!rc && now > best) best = now;
-        }
+        if (now > best) best = now;
         last = now;
     }
     free(sim);
-    free(sl);
     if (rc) return rc;
-    if (peak) { /* `last` included the global layers */
-        *at = last;
-        *peak = best;
-    } else {
-        size_t t = last;
-        if (add(&t, global)) return KVQ_ERR_OVERFLOW;
-        *at = t;
+    *at = last;
+    if (peak) *peak = best;
+    return KVQ_OK;
+}
+
+/* ---- closed form + periodic extrapolation ---------------------------------- */
+#define TRAJ_MAX_STEPS 65536 /* states stored per sliding class before giving up (never reached in practice) */
+
+/* Layers of one geometry (everything sim_append and sim_bytes read). */
+typedef struct {
+    const cache_layer *L;
+    size_t count;
+    /* sliding classes: full steps k (1-based, batches of b) */
+    size_t k_d;       /* first step whose state is not the global-like closed form */
+    size_t k_t, lam;  /* from step k_t the state repeats every lam steps, shifted by `shift` pages (lam 0: none) */
+    size_t shift;
+    sim_layer *tab;   /* states of steps k_d, k_d + 1, ... */
+    size_t n_tab;
+} layer_class;
+
+static int same_geometry(const cache_layer *a, const cache_layer *b) {
+    return a->sliding == b->sliding && a->window == b->window && a->calib_tokens == b->calib_tokens &&
+           a->page_tokens == b->page_tokens && a->page_bytes == b->page_bytes;
+}
+
+/* Equal states up to a shift of whole pages (both taken after k_d). */
+static int same_relative(const cache_layer *L, const sim_layer *a, const sim_layer *b) {
+    const size_t P = L->page_tokens;
+    if (!a->n_pages || !b->n_pages) return 0; /* the shift argument needs a page */
+    return a->n_pages == b->n_pages && a->n_spare == b->n_spare && a->tail_cap == b->tail_cap &&
+           a->ready == b->ready && a->len - a->first_page * P == b->len - b->first_page * P &&
+           a->main_end - a->first_page * P == b->main_end - b->first_page * P;
+}
+
+static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+
+/*
+ * Trajectory of a sliding class over full steps 1..K of b tokens: k_d, the
+ * stored states and the period. KVQ_ERR_UNSUPPORTED if no period shows
+ * within TRAJ_MAX_STEPS (the caller then simulates step by step).
+ */
+static int class_trajectory(layer_class *C, size_t K, size_t b) {
+    const cache_layer *L = C->L;
+    const size_t P = L->page_tokens;
+    size_t k1 = 1 + ceil_div((size_t)L->sliding + P - 1, b); /* (k-1) b + 1 >= sliding + P: a page below the window */
+    size_t k2 = L->calib_tokens ? ceil_div(L->calib_tokens, b) : 1; /* ready */
+    size_t k3 = L->window / b + 1;                                  /* k b > W: the main store holds a position */
+    C->k_d = k1 > k2 ? k1 : k2;
+    if (k3 > C->k_d) C->k_d = k3;
+    C->lam = 0;
+    C->n_tab = 0;
+    if (C->k_d > K) return KVQ_OK;
+    size_t cap = 64;
+    C->tab = malloc(cap * sizeof *C->tab);
+    if (!C->tab) return KVQ_ERR_NOMEM;
+    sim_layer s;
+    global_state(L, (C->k_d - 1) * b, &s);
+    sim_append(L, &s, b);
+    C->tab[C->n_tab++] = s;
+    /* Brent: tortoise t, hare h = t + lam */
+    size_t t = 0, power = 1, lam = 1;
+    for (;;) {
+        if (C->k_d + C->n_tab - 1 >= K) return KVQ_OK; /* every step up to K is stored */
+        if (C->n_tab == TRAJ_MAX_STEPS) return KVQ_ERR_UNSUPPORTED;
+        if (C->n_tab == cap) {
+            sim_layer *nt = realloc(C->tab, 2 * cap * sizeof *nt);
+            if (!nt) return KVQ_ERR_NOMEM;
+            C->tab = nt;
+            cap *= 2;
+        }
+        sim_append(L, &s, b);
+        C->tab[C->n_tab++] = s;
+        size_t h = C->n_tab - 1;
+        if (same_relative(L, &C->tab[t], &C->tab[h])) {
+            C->k_t = C->k_d + t;
+            C->lam = lam;
+            C->shift = C->tab[h].first_page - C->tab[t].first_page;
+            C->n_tab = h; /* states k_d .. k_t + lam - 1 */
+            return KVQ_OK;
+        }
+        if (power == lam) {
+            t = h;
+            power *= 2;
+            lam = 0;
+        }
+        lam++;
     }
+}
+
+/* State of a class after full step k (1 <= k <= K). */
+static void class_state(const layer_class *C, size_t k, size_t b, sim_layer *s) {
+    if (!C->L->sliding || k < C->k_d) {
+        global_state(C->L, k * b, s);
+        return;
+    }
+    if (!C->lam || k < C->k_t + C->lam) {
+        *s = C->tab[k - C->k_d];
+        return;
+    }
+    const size_t m = (k - C->k_t) / C->lam, j = (k - C->k_t) % C->lam, P = C->L->page_tokens;
+    *s = C->tab[C->k_t - C->k_d + j];
+    s->first_page += m * C->shift;
+    s->len += m * C->shift * P;
+    s->main_end += m * C->shift * P;
+}
+
+/* Total bytes after full step k. */
+static int total_at(const kvq_cache *c, const layer_class *cls, int ncls, size_t k, size_t b, size_t *out) {
+    size_t t = 0;
+    for (int i = 0; i < ncls; i++) {
+        sim_layer s;
+        class_state(&cls[i], k, b, &s);
+        if (add_n(&t, cls[i].count, sim_bytes(c, cls[i].L, &s))) return KVQ_ERR_OVERFLOW;
+    }
+    *out = t;
+    return KVQ_OK;
+}
+
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t gcd(size_t a, size_t b) {
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Largest total over full steps 1..K. */
+static int peak_over_steps(const kvq_cache *c, const layer_class *cls, int ncls, size_t K, size_t b, size_t *best) {
+    size_t *bp = malloc(sizeof *bp * (3 * (size_t)ncls + 2));
+    if (!bp) return KVQ_ERR_NOMEM;
+    size_t nb = 0;
+    bp[nb++] = 1;
+    bp[nb++] = K + 1;
+    for (int i = 0; i < ncls; i++) {
+        const layer_class *C = &cls[i];
+        if (C->L->calib_tokens) bp[nb++] = ceil_div(C->L->calib_tokens, b); /* ready: the tail shrinks */
+        if (C->L->sliding) {
+            bp[nb++] = C->k_d;
+            bp[nb++] = C->lam ? C->k_t : C->k_d + C->n_tab;
+        }
+    }
+    qsort(bp, nb, sizeof *bp, cmp_size);
+    int rc = KVQ_OK;
+    *best = 0;
+    for (size_t i = 0; i + 1 < nb && !rc; i++) {
+        size_t a = bp[i] < 1 ? 1 : bp[i], e = bp[i + 1] > K + 1 ? K + 1 : bp[i + 1];
+        if (a >= e) continue;
+        /* every class in [a, e): global-like (nondecreasing), stored (evaluate all) or periodic */
+        size_t span = 1;
+        int all = 0;
+        for (int j = 0; j < ncls && !all; j++) {
+            const layer_class *C = &cls[j];
+            if (!C->L->sliding || e <= C->k_d) continue;
+            if (!C->lam || a < C->k_t) { all = 1; break; }
+            size_t g = gcd(span, C->lam);
+            if (span / g > (e - a) / C->lam) { all = 1; break; } /* lcm beyond the interval */
+            span = span / g * C->lam;
+        }
+        size_t from = all || e - a <= span ? a : e - span;
+        for (size_t k = from; k < e && !rc; k++) {
+            size_t t;
+            rc = total_at(c, cls, ncls, k, b, &t);
+            if (!rc && t > *best) *best = t;
+        }
+    }
+    free(bp);
+    return rc;
+}
+
+int kvq_cache_memory_plan(const kvq_cache *c, size_t n_tokens, size_t batch, size_t *at, size_t *peak) {
+    if (!c || !at) return KVQ_ERR_NULL;
     if (n_tokens == 0) {
-        *at = global;
-        if (peak) *peak = global;
+        *at = 0;
+        if (peak) *peak = 0;
+        return KVQ_OK;
     }
+    if (batch == 0 || batch > n_tokens) batch = n_tokens;
+    if (append_limits(c, n_tokens, batch)) return KVQ_ERR_OVERFLOW;
+    layer_class *cls = calloc((size_t)c->n_layers, sizeof *cls);
+    if (!cls) return KVQ_ERR_NOMEM;
+    int ncls = 0, rc = KVQ_OK;
+    for (int l = 0; l < c->n_layers; l++) {
+        int j = 0;
+        while (j < ncls && !same_geometry(cls[j].L, &c->layers[l])) j++;
+        if (j == ncls) cls[ncls++].L = &c->layers[l];
+        cls[j].count++;
+    }
+    const size_t K = n_tokens / batch, rem = n_tokens % batch; /* full steps, then one of rem tokens */
+    for (int i = 0; i < ncls && !rc; i++)
+        if (cls[i].L->sliding) rc = class_trajectory(&cls[i], K, batch);
+    size_t total = 0, best = 0;
+    if (!rc) { /* after the last append: global layers closed form, sliding ones from step K */
+        for (int i = 0; i < ncls && !rc; i++) {
+            sim_layer s;
+            if (!cls[i].L->sliding) global_state(cls[i].L, n_tokens, &s);
+            else if (K == 0) {
+                memset(&s, 0, sizeof s);
+                s.ready = cls[i].L->calib_tokens == 0;
+            } else {
+                class_state(&cls[i], K, batch, &s);
+            }
+            if (cls[i].L->sliding && rem) sim_append(cls[i].L, &s, rem);
+            rc = add_n(&total, cls[i].count, sim_bytes(c, cls[i].L, &s));
+        }
+    }
+    if (!rc && peak) {
+        rc = peak_over_steps(c, cls, ncls, K, batch, &best);
+        if (total > best) best = total;
+    }
+    for (int i = 0; i < ncls; i++) free(cls[i].tab);
+    free(cls);
+    if (rc == KVQ_ERR_UNSUPPORTED) return cache_memory_plan_sim(c, n_tokens, batch, at, peak);
+    if (rc) return rc;
+    *at = total;
+    if (peak) *peak = best;
     return KVQ_OK;
 }

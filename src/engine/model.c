@@ -145,11 +145,21 @@ static int read_config(const kvq_gguf_file *g, kvq_model_config *c, char *err, s
 }
 
 /* ---- tensors ------------------------------------------------------------- */
+/*
+ * Tensors are loaded in two passes: the first (dry) checks every tensor's
+ * presence, shape and type and counts the floats of the 1-D vectors; only
+ * then is the owned buffer allocated (exactly that size) and the second
+ * pass converts. The hyperparameters alone never size an allocation: a
+ * hostile file claiming a huge embedding_length is refused by a shape check
+ * instead of asking for gigabytes first.
+ */
 typedef struct {
     kvq_model *m;
     char *err;
     size_t cap;
-    float *owned_next;
+    int dry;           /* 1: check and count only */
+    size_t n_owned;    /* dry: floats the vectors need */
+    float *owned_next; /* !dry: where the next vector goes */
 } loader;
 
 static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols, kvq_ggml_matrix *out,
@@ -174,8 +184,10 @@ static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64
     out->rows = rows;
     out->cols = cols;
     out->row_bytes = kvq_ggml_row_bytes(out->type, cols);
-    L->m->n_weight_bytes += t->n_bytes;
-    L->m->type_count[t->type]++;
+    if (!L->dry) {
+        L->m->n_weight_bytes += t->n_bytes;
+        L->m->type_count[t->type]++;
+    }
     return KVQ_OK;
 }
 
@@ -195,6 +207,10 @@ static int get_vector(loader *L, const char *fmt, int layer, int64_t n, const fl
     if (!kvq_ggml_type_supported((kvq_ggml_type)t->type) || !t->size_known)
         return fail(L->err, L->cap, KVQ_ERR_UNSUPPORTED, "tensor %s has unsupported type %s", name,
                     kvq_ggml_type_name(t->type));
+    if (L->dry) { /* n <= the tensor's elements, which the file holds */
+        L->n_owned += (size_t)n;
+        return KVQ_OK;
+    }
     int rc = kvq_ggml_dequant_row((kvq_ggml_type)t->type, t->data, L->owned_next, n);
     if (rc) return fail(L->err, L->cap, rc, "tensor %s cannot be read", name);
     for (int64_t i = 0; i < n; i++)
@@ -205,6 +221,8 @@ static int get_vector(loader *L, const char *fmt, int layer, int64_t n, const fl
     L->m->type_count[t->type]++;
     return KVQ_OK;
 }
+
+static int load_pass(loader *Lp, int64_t V, int64_t E, int64_t F, int64_t Q, int64_t KV);
 
 static int load_tensors(kvq_model *m, char *err, size_t cap) {
     const kvq_model_config *c = &m->cfg;
@@ -221,13 +239,26 @@ static int load_tensors(kvq_model *m, char *err, size_t cap) {
     m->cfg.n_vocab = (int)te->ne[1];
     int64_t V = m->cfg.n_vocab;
 
-    /* owned f32 vectors: norms (2-4 per layer + q/k norms) + biases + output norm + rope freqs */
-    size_t nvec = (size_t)c->n_layers * (size_t)(4 * E + 2 * c->head_dim + Q + 2 * KV) + (size_t)E + (size_t)c->n_rot;
-    m->owned = malloc(nvec * sizeof(float));
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->owned || !m->layers) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
-    loader L = {m, err, cap, m->owned};
+    if (!m->layers) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
+    /* pass 1: every tensor checked, the owned f32 vectors (norms, biases,
+     * output norm, rope freqs) counted; pass 2: converted into m->owned */
+    loader L = {m, err, cap, 1, 0, NULL};
+    int rc = load_pass(&L, V, E, F, Q, KV);
+    if (rc) return rc;
+    m->owned = malloc((L.n_owned ? L.n_owned : 1) * sizeof(float));
+    if (!m->owned) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
+    L.dry = 0;
+    L.owned_next = m->owned;
+    return load_pass(&L, V, E, F, Q, KV);
+}
+
+static int load_pass(loader *Lp, int64_t V, int64_t E, int64_t F, int64_t Q, int64_t KV) {
+    loader L = *Lp;
+    kvq_model *m = L.m;
+    const kvq_model_config *c = &m->cfg;
     int rc;
+    m->tied_output = 0;
     if ((rc = get_matrix(&L, "token_embd.weight", 0, V, E, &m->tok_embd, 1))) return rc;
     rc = get_matrix(&L, "output.weight", 0, V, E, &m->output, 0);
     if (rc == GGUF_NOT_FOUND) { m->output = m->tok_embd; m->tied_output = 1; }
@@ -261,6 +292,7 @@ static int load_tensors(kvq_model *m, char *err, size_t cap) {
             if ((rc = get_vector(&L, "blk.%d.post_ffw_norm.weight", l, E, &y->post_ffw_norm, 1))) return rc;
         }
     }
+    *Lp = L;
     return KVQ_OK;
 }
 
