@@ -4,6 +4,7 @@
  * read out of bounds anywhere would abort the test.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "kvq.h"
+#include "kvq_engine.h"
 #include "testutil.h"
 
 /* ---- a tiny GGUF writer ------------------------------------------------- */
@@ -458,8 +460,89 @@ static void test_model_hostile_sizes(void) {
     }
 }
 
+/* A 1-layer llama (E = 32, f32) with V embedding rows and an SPM tokenizer of n_tok tokens. */
+static buf tiny_llama(int V, int n_tok) {
+    static const char *const names[] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight",
+                                        "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+                                        "blk.0.attn_output.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight",
+                                        "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"};
+    const int E = 32;
+    buf b = {0};
+    u32(&b, GGUF_MAGIC);
+    u32(&b, 3);
+    u64(&b, 11);
+    u64(&b, 10);
+    key(&b, "general.architecture", GGUF_TYPE_STRING); str(&b, "llama");
+    key(&b, "llama.block_count", GGUF_TYPE_UINT32); u32(&b, 1);
+    key(&b, "llama.embedding_length", GGUF_TYPE_UINT32); u32(&b, (uint32_t)E);
+    key(&b, "llama.feed_forward_length", GGUF_TYPE_UINT32); u32(&b, (uint32_t)E);
+    key(&b, "llama.attention.head_count", GGUF_TYPE_UINT32); u32(&b, 1);
+    key(&b, "tokenizer.ggml.model", GGUF_TYPE_STRING); str(&b, "llama");
+    key(&b, "tokenizer.ggml.tokens", GGUF_TYPE_ARRAY); u32(&b, GGUF_TYPE_STRING); u64(&b, (uint64_t)n_tok);
+    for (int i = 0; i < n_tok; i++) {
+        char t[8];
+        snprintf(t, sizeof t, "%c", 'a' + i);
+        str(&b, i == 0 ? "<unk>" : i == 1 ? "<s>" : t);
+    }
+    key(&b, "tokenizer.ggml.scores", GGUF_TYPE_ARRAY); u32(&b, GGUF_TYPE_FLOAT32); u64(&b, (uint64_t)n_tok);
+    for (int i = 0; i < n_tok; i++) f32(&b, -(float)i);
+    key(&b, "tokenizer.ggml.unknown_token_id", GGUF_TYPE_UINT32); u32(&b, 0);
+    key(&b, "tokenizer.ggml.bos_token_id", GGUF_TYPE_UINT32); u32(&b, 1);
+    uint64_t off = 0, sizes[11];
+    for (int t = 0; t < 11; t++) {
+        int vec = t == 1 || t == 2 || t == 7;
+        uint64_t rows = t == 0 ? (uint64_t)V : vec ? 1 : (uint64_t)E;
+        sizes[t] = rows * (uint64_t)E * 4;
+        str(&b, names[t]);
+        u32(&b, vec ? 1 : 2);
+        u64(&b, (uint64_t)E);
+        if (!vec) u64(&b, rows);
+        u32(&b, GGML_TYPE_F32);
+        u64(&b, off);
+        off += (sizes[t] + 31) / 32 * 32;
+    }
+    pad_to(&b, 32);
+    for (int t = 0; t < 11; t++) {
+        for (uint64_t i = 0; i < sizes[t] / 4; i++) f32(&b, (t == 1 || t == 2 || t == 7) ? 1.0f : 0.01f);
+        pad_to(&b, 32);
+    }
+    return b;
+}
+
+/*
+ * A tokenizer with more tokens than token_embd has rows (found by
+ * tests/fuzz/fuzz_gguf: a gemma3 file whose embedding was cut to 264 rows
+ * kept its 274-token vocabulary; kvq_tokenize then returned id 271, which
+ * kvq_session_eval refuses). Refused at load; fewer tokens than rows (a
+ * padded embedding) still loads.
+ */
+static void test_model_vocab_rows(void) {
+    const int cases[3][3] = {{8, 8, KVQ_OK}, {8, 6, KVQ_OK}, {8, 9, KVQ_ERR_FORMAT}};
+    for (int i = 0; i < 3; i++) {
+        buf b = tiny_llama(cases[i][0], cases[i][1]);
+        kvq_gguf_file *g = NULL;
+        CHECK_OK(kvq_gguf_open_buffer(&g, b.p, b.n));
+        kvq_model *m = NULL;
+        char err[256] = "";
+        int rc = g ? kvq_model_from_gguf(&m, g, err, sizeof err) : -1;
+        CHECK(rc == cases[i][2], "%d rows, %d tokens: %d (%s)", cases[i][0], cases[i][1], rc, err);
+        if (rc == KVQ_OK) {
+            int32_t ids[16];
+            size_t n = 0;
+            CHECK_OK(kvq_tokenize(m, "abcdefgh", 8, 1, 0, ids, 16, &n));
+            for (size_t j = 0; j < n; j++) CHECK(ids[j] >= 0 && ids[j] < cases[i][0], "id %d", ids[j]);
+            kvq_model_free(m);
+        } else {
+            CHECK(strstr(err, "tokens but token_embd") != NULL, "reason: %s", err);
+            kvq_gguf_close(g);
+        }
+        free(b.p);
+    }
+}
+
 int main(void) {
     test_model_hostile_sizes();
+    test_model_vocab_rows();
     buf v3 = make_valid(3, 0), v2 = make_valid(2, 0), a64 = make_valid(3, 64);
     check_valid(&v3, 3, 0);
     check_valid(&v2, 2, 0);

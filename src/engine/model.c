@@ -306,6 +306,11 @@ int kvq_model_from_gguf(kvq_model **out, kvq_gguf_file *g, char *err, size_t err
     if (!rc && kvq_gguf_find_kv(g, "tokenizer.ggml.model")) {
         rc = kvq_tok_create_from_gguf(&m->tok, g);
         if (rc) fail(err, err_cap, rc, "tokenizer: %s", kvq_strerror(rc));
+        /* ids the embedding has no row for could not be evaluated (fewer
+         * tokens than rows is fine: padded vocabularies) */
+        else if (kvq_tok_n_tokens(m->tok) > (size_t)m->cfg.n_vocab)
+            rc = fail(err, err_cap, KVQ_ERR_FORMAT, "the tokenizer has %zu tokens but token_embd.weight %d rows",
+                      kvq_tok_n_tokens(m->tok), m->cfg.n_vocab);
     }
     if (rc) {
         m->gguf = NULL; /* not taken on failure */
