@@ -29,12 +29,12 @@
 static const char *const SPECS[] = {
     "f32", "f16", "bf16", "q8", "q4", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:5", "tq-mse:6",
     "tq-mse:8", "tq-prod:2", "tq-prod:3", "tq-prod:4", "tq-prod:8", "qjl", "qjl:64", "polar", "polar:3",
-    "polar:8", "rvq:1", "rvq:2", "rvq:4", "tq-mse:4+norot", "tq-mse:3+scale=norm", "tq-mse:4+scale32",
+    "polar:6", "rvq:1", "rvq:2", "rvq:4", "tq-mse:4+norot", "tq-mse:3+scale=norm", "tq-mse:4+scale32",
     "tq-mse:2+cb=gauss", "tq-prod:3+m=64", "polar+scale32", "rvq:2+scale32", "tq-mse:3+outliers=8",
     "tq-prod:3+outliers=8", "q8+outliers=16", "tq-mse:4+center", "q8+center", "tq-prod:3+center",
     "tq-mse:3+chscale", "q4+chscale", "tq-mse:8+scale32+norot",
 };
-#define N_SPECS (sizeof SPECS / sizeof SPECS[0])
+#define N_SPECS (sizeof SPECS / sizeof SPECS[0]) /* polar:7/8 left out: their plans take seconds to build */
 static const int DIMS[8] = {32, 64, 128, 256, 40, 96, 48, 512};
 #define MAX_ROWS 4
 
