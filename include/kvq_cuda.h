@@ -122,6 +122,9 @@ typedef struct kvq_cuda_batch {
     const int32_t *win_len;     /* device, n_seq, or NULL: positions [main_len, main_len + win_len) in the window */
     const void *window;         /* device window rings, or NULL */
     int max_main_len;           /* host: >= every main_len (sizes the grid) */
+    const int32_t *seq_map;     /* device, n_seq, or NULL (= identity): sequence s reads block-table row and window
+                                   ring seq_map[s] (queries, lengths and outputs stay per s): several rows of
+                                   one stored sequence, e.g. causal prefill rows with main_len = t + 1 */
 } kvq_cuda_batch;
 
 /*

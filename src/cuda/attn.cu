@@ -464,6 +464,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.vrun = (unsigned long long)L->P * L->vb;
     p.pages = (const uint8_t *)b->pages;
     p.block_table = b->block_table;
+    p.seq_map = b->seq_map;
     p.main_len = b->main_len;
     p.win_len = win ? b->win_len : NULL;
     p.window = (const uint8_t *)b->window;

@@ -20,7 +20,8 @@
  *     keys, or the tq-prod / qjl estimators; the CPU kvq_score of tq methods
  *     rounds the query to 8 bits, so it is reported apart): relative L2
  *     error of all outputs of a case <= 1e-3, of any single row <= 2e-3;
- *   - the decode path captured in a CUDA graph and replayed (test_graph).
+ *   - the decode path captured in a CUDA graph and replayed (test_graph);
+ *   - causal rows of stored sequences through seq_map (test_seq_map).
  * Usage: test_cuda [--quick]
  */
 #include <math.h>
@@ -610,7 +611,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dml, tc.main_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
     if (W) CU(cudaMemcpy(dwl, tc.win_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
-    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len};
+    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len, NULL};
     const float scale = 1.0f / sqrtf((float)D);
     OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
     CU(cudaDeviceSynchronize());
@@ -853,7 +854,7 @@ static void test_graph(void) {
         const float scale = 1.0f / sqrtf((float)D);
         /* a capture that would grow the layer's workspace: refused, nothing launched */
         {
-            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP};
+            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
             cudaGraph_t g0;
             CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
             const int rc = kvq_cuda_attend(layer, &b0, dq, scale, o1, st);
@@ -863,7 +864,7 @@ static void test_graph(void) {
         }
         /* a caller's workspace too small, or misaligned */
         {
-            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP};
+            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
             int rc = kvq_cuda_attend_ws(layer, &b0, dq, scale, o1, ws, 64, st);
             EXPECT(rc == KVQ_ERR_INVALID_ARG, "attend_ws with 64 bytes: %d", rc);
             rc = kvq_cuda_attend_ws(layer, &b0, dq, scale, o1, (uint8_t *)ws + 4, wsb - 4, st);
@@ -890,7 +891,7 @@ static void test_graph(void) {
             }
         CU(cudaDeviceSynchronize());
         /* the step, captured on graph pool 0 */
-        kvq_cuda_batch bg = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP};
+        kvq_cuda_batch bg = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -939,7 +940,7 @@ static void test_graph(void) {
                 OK(kvq_cuda_store_pages(layer, kv, pg[1], dx + kv * xn, KVQ_DTYPE_F32, NS, ddst, dst_st, st));
                 OK(kvq_cuda_store_window(layer, kv, wn[1], dx + kv * xn, KVQ_DTYPE_F32, NS, dseq, dpos, dst_st, st));
             }
-            kvq_cuda_batch b1 = {NS, pg[1], dbt, MAXP, dml, dwl, wn[1], CAP};
+            kvq_cuda_batch b1 = {NS, pg[1], dbt, MAXP, dml, dwl, wn[1], CAP, NULL};
             OK(kvq_cuda_attend_ws(layer, &b1, dq, scale, o3, ws, wsb, st));
             b1.max_main_len = maxl;
             OK(kvq_cuda_attend(layer, &b1, dq, scale, o4, st));
@@ -990,6 +991,117 @@ static void test_graph(void) {
     }
 }
 
+/* ---- causal rows of stored sequences (seq_map) ----------------------------------------------
+ * Two stored sequences (lengths 100 and 45, pages of 32 slots, f16 window of 8) and one batch row
+ * per position of each (145 rows, seq_map = the row's sequence), row t attending causally to
+ * positions [0, t] as a prefill does (main_len = min(t + 1, len - W), the rest in the ring), in one
+ * call; each row against a call of its own on its sequence with those lengths. */
+static void test_seq_map(void) {
+    const int H = 2, HQ = 8, P = 32, W = 8, NS = 2, MAXP = 4;
+    const int lens[NS] = {100, 45};
+    for (const char *spec : {"tq-mse:4", "q8"}) {
+        Rng r{4242};
+        kvq_plan *kp, *vp;
+        OK(kvq_plan_create(&kp, spec, D, 9, NULL, 0));
+        OK(kvq_plan_create(&vp, spec, D, 9, NULL, 0));
+        kvq_cuda_plan *ckp, *cvp;
+        OK(kvq_cuda_plan_create(&ckp, kp));
+        OK(kvq_cuda_plan_create(&cvp, vp));
+        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+        kvq_cuda_layer *layer;
+        OK(kvq_cuda_layer_create(&layer, &cfg));
+        const size_t pool = (size_t)NS * MAXP * kvq_cuda_layer_page_bytes(layer), wbytes = kvq_cuda_layer_window_bytes(layer, NS);
+        std::vector<int32_t> bt(NS * MAXP);
+        for (int i = 0; i < NS * MAXP; i++) bt[i] = NS * MAXP - 1 - i;
+        int ntok = 0;
+        for (int sq = 0; sq < NS; sq++) ntok += lens[sq];
+        std::vector<float> x((size_t)ntok * H * D * 2);
+        for (auto &v : x) v = (float)r.gauss();
+        std::vector<int32_t> dst(ntok), seq(ntok), pos(ntok), rmap(ntok), ml(ntok), wl(ntok);
+        int k = 0, maxm = 0;
+        for (int sq = 0; sq < NS; sq++)
+            for (int t = 0; t < lens[sq]; t++, k++) {
+                dst[k] = bt[sq * MAXP + t / P] * P + t % P;
+                seq[k] = sq;
+                pos[k] = t;
+                rmap[k] = sq;
+                const int me = lens[sq] > W ? lens[sq] - W : 0;
+                ml[k] = t + 1 < me ? t + 1 : me;
+                wl[k] = t + 1 - ml[k];
+                maxm = ml[k] > maxm ? ml[k] : maxm;
+            }
+        uint8_t *dp, *dw;
+        float *dx, *dq, *dout, *dref;
+        int32_t *ddst, *dseq, *dpos, *dbt, *dmap, *dml, *dwl;
+        int *dst_st;
+        CU(cudaMalloc(&dp, pool));
+        CU(cudaMalloc(&dw, wbytes));
+        CU(cudaMalloc(&dx, x.size() * 4));
+        CU(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        const size_t qn = (size_t)ntok * HQ * D;
+        std::vector<float> q(qn);
+        for (auto &v : q) v = (float)r.gauss();
+        CU(cudaMalloc(&dq, qn * 4));
+        CU(cudaMemcpy(dq, q.data(), qn * 4, cudaMemcpyHostToDevice));
+        CU(cudaMalloc(&dout, qn * 4));
+        CU(cudaMalloc(&dref, qn * 4));
+        for (int32_t **a : {&ddst, &dseq, &dpos, &dmap, &dml, &dwl}) CU(cudaMalloc(a, ntok * 4));
+        CU(cudaMalloc(&dbt, bt.size() * 4));
+        CU(cudaMalloc(&dst_st, 4));
+        CU(cudaMemset(dst_st, 0, 4));
+        CU(cudaMemcpy(ddst, dst.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dseq, seq.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dpos, pos.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dmap, rmap.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dml, ml.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dwl, wl.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
+        const size_t xs = (size_t)ntok * H * D;
+        for (int kv = 0; kv < 2; kv++) {
+            OK(kvq_cuda_store_pages(layer, kv, dp, dx + kv * xs, KVQ_DTYPE_F32, ntok, ddst, dst_st, NULL));
+            /* the ring positions one by one in order, so the last W of each sequence remain */
+            for (int i = 0; i < ntok; i++)
+                OK(kvq_cuda_store_window(layer, kv, dw, dx + kv * xs + (size_t)i * H * D, KVQ_DTYPE_F32, 1, dseq + i, dpos + i,
+                                         dst_st, NULL));
+        }
+        const float scale = 1.0f / sqrtf((float)D);
+        kvq_cuda_batch b = {ntok, dp, dbt, MAXP, dml, dwl, dw, maxm, dmap};
+        CU(cudaMemset(dout, 0xff, qn * 4));
+        OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
+        for (int i = 0; i < ntok; i++) {
+            kvq_cuda_batch b1 = {1, dp, dbt + rmap[i] * MAXP, MAXP, dml + i, dwl + i, dw, ml[i], NULL};
+            /* the window ring of sequence rmap[i]: the batch's sequence 0 reads ring 0, so offset the pointer */
+            b1.window = dw + (size_t)rmap[i] * 2 * H * W * D * 2;
+            OK(kvq_cuda_attend(layer, &b1, dq + (size_t)i * HQ * D, scale, dref + (size_t)i * HQ * D, NULL));
+        }
+        CU(cudaDeviceSynchronize());
+        std::vector<float> a(qn), bb(qn);
+        CU(cudaMemcpy(a.data(), dout, qn * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(bb.data(), dref, qn * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        for (size_t i = 0; i < qn; i++) {
+            num += (double)(a[i] - bb[i]) * (a[i] - bb[i]);
+            den += (double)bb[i] * bb[i];
+            if (!(a[i] == a[i])) num = INFINITY;
+        }
+        const double rel = sqrt(num / (den > 0 ? den : 1));
+        EXPECT(rel <= 1e-5, "seq_map %s: rows vs their own calls rel err %.3e", spec, rel);
+        int stv;
+        CU(cudaMemcpy(&stv, dst_st, 4, cudaMemcpyDeviceToHost));
+        EXPECT(stv == 0, "seq_map: store status %d", stv);
+        printf("  seq_map %-8s: %d causal rows of 2 stored sequences in one call vs a call per row: rel err %.2e\n", spec,
+               ntok, rel);
+        for (void *pp : {(void *)dp, (void *)dw, (void *)dx, (void *)dq, (void *)dout, (void *)dref, (void *)ddst, (void *)dseq,
+                         (void *)dpos, (void *)dmap, (void *)dml, (void *)dwl, (void *)dbt, (void *)dst_st})
+            CU(cudaFree(pp));
+        kvq_cuda_layer_free(layer);
+        kvq_cuda_plan_free(ckp);
+        kvq_cuda_plan_free(cvp);
+        kvq_plan_free(kp);
+        kvq_plan_free(vp);
+    }
+}
+
 int main(int argc, char **argv) {
     bool quick = false;
     for (int i = 1; i < argc; i++) {
@@ -1008,6 +1120,7 @@ int main(int argc, char **argv) {
     test_encode(quick);
     test_attention(quick);
     test_graph();
+    test_seq_map();
     printf("test_cuda: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
