@@ -190,6 +190,26 @@ def test_group_shares_positions_across_layers():
         _step(st, ref, 2, dtype=torch.float32, gen=gen)
 
 
+def test_group_stores_made_lazily_and_out_of_step():
+    gen = torch.Generator().manual_seed(4)
+    g = StoreGroup()
+    specs = [_spec(layer=i, W=3) for i in range(3)]
+    stores, refs = [], []
+    for s in specs:  # as kvq.transformers.Cache does: each layer's store made at its first update
+        stores.append(_store(s, group=g))
+        refs.append(_ref(s))
+        _step(stores[-1], refs[-1], 7, skip=[1, 0, 0], dtype=torch.float32, gen=gen)
+    for _ in range(2):
+        for st, ref in zip(stores, refs):
+            _step(st, ref, 1, dtype=torch.float32, gen=gen)
+    assert all(list(s.lengths()) == [8, 9, 9] for s in stores)
+    stores[0].append(torch.randn(3, 2, 1, 128), torch.randn(3, 2, 1, 128))
+    with pytest.raises(kvq.StateError):  # a different chunk in the same step
+        stores[1].append(torch.randn(3, 2, 2, 128), torch.randn(3, 2, 2, 128))
+    with pytest.raises(kvq.StateError):  # a second step before the other layers had the first
+        stores[0].append(torch.randn(3, 2, 1, 128), torch.randn(3, 2, 1, 128))
+
+
 def test_store_prefill_error_stores_nothing():
     spec = _spec(B=2, W=0)
     st = _store(spec)

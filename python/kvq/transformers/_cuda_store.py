@@ -131,10 +131,11 @@ def _capturing() -> bool:
 class _Step:
     """The device indices of one appended chunk, shared by the layers of a group."""
 
-    __slots__ = ("T", "skip", "dst", "wseq", "wpos", "ml", "wl", "max_len")
+    __slots__ = ("T", "skip", "version", "consumed", "dst", "wseq", "wpos", "ml", "wl", "max_len")
 
-    def __init__(self, T: int, skip: Optional[List[int]]) -> None:
-        self.T, self.skip = T, skip
+    def __init__(self, T: int, skip: Optional[List[int]], version: int = 0) -> None:
+        self.T, self.skip, self.version = T, skip, version
+        self.consumed = 0  # layers that stored this chunk
         self.dst = self.wseq = self.wpos = self.ml = self.wl = None
         self.max_len = 0
 
@@ -153,6 +154,8 @@ class _Positions:
         self.len_host: List[int] = [0] * B
         self.seq_idx = torch.arange(B, dtype=torch.int32, device=device)
         self.version = 0      # steps started
+        self.floor = 0        # a fresh start (crop, reorder, reset, rollback): every layer is in step
+        self.members = 0      # stores of the group
         self.current: Optional[_Step] = None
         self.reorders = 0     # reorders applied
         self.undo: Optional[Tuple[torch.Tensor, torch.Tensor, List[int]]] = None
@@ -229,8 +232,14 @@ class _Positions:
         self.len_host = new_host
         step.max_len = max(new_host)
         self.version += 1
+        step.version = self.version
         self.current = step
         return step
+
+    def restart(self) -> None:
+        """After crop/reorder/reset: the next append starts a step for every layer."""
+        self.current = None
+        self.floor = self.version
 
     def rollback(self) -> None:
         """Undoes the lengths of the current prefill step (a kernel error)."""
@@ -239,8 +248,8 @@ class _Positions:
             self.main_end.copy_(self.undo[1])
             self.len_host = self.undo[2]
         self.undo = None
-        self.current = None
         self.version += 1
+        self.restart()
 
 
 class StoreGroup:
@@ -303,7 +312,11 @@ class CUDAStore(LayerStore):
         dev = self.device
         g = group if group is not None else StoreGroup()
         self._pos = g.positions(B, page_tokens, self.W, spec.max_tokens, dev)
-        self._ver = self._pos.version
+        # a store made while its group is in a step (kvq.transformers.Cache makes them lazily, layer
+        # by layer, in the first forward) takes part in that step
+        cur = self._pos.current
+        self._ver = cur.version - 1 if cur is not None else self._pos.version
+        self._pos.members += 1
         self._reorders = self._pos.reorders
         self._cap_pages = self._pos.cap_pages
         self._pool = torch.empty((1 + B * self._cap_pages) * self.page_bytes, dtype=torch.uint8, device=dev)
@@ -374,12 +387,22 @@ class CUDAStore(LayerStore):
             self._step = _Step(0, None)
             return
         ps = self._pos
+        if self._ver < ps.floor:
+            self._ver = ps.floor
         cur = ps.current
-        if cur is not None and self._ver < ps.version and cur.T == T and cur.skip == sk:
-            step = cur  # a later layer of the step the group is in
-        else:
+        if cur is not None and cur.version == self._ver + 1:  # a later layer of the group's current step
+            if cur.T != T or cur.skip != sk:
+                raise StateError(f"CUDAStore layer {self.spec.layer}: the layers of a StoreGroup must append the "
+                                 f"same chunks in turn (this one: {T} tokens, skip {sk}; the group's step: {cur.T}, "
+                                 f"skip {cur.skip})", status=-16)
+            step = cur
+        elif cur is None or (cur.version == self._ver and cur.consumed >= ps.members):  # a new step
             step = ps.advance(T, sk, self.spec.layer)
-        self._ver = ps.version
+        else:
+            raise StateError(f"CUDAStore layer {self.spec.layer}: out of step with its StoreGroup (every layer "
+                             "appends once per step, in turn)", status=-16)
+        self._ver = step.version
+        step.consumed += 1
         self._sync_pool()
         kx, vx = self._kernel_input(key), self._kernel_input(value)
         st = self._status
@@ -457,7 +480,7 @@ class CUDAStore(LayerStore):
         ps.len.clamp_(max=n)
         ps.main_end.clamp_(max=n)
         ps.len_host = [min(l, n) for l in ps.len_host]
-        ps.current = None
+        ps.restart()
         self._step = None
 
     def reorder(self, beam_idx: Any) -> None:
@@ -476,7 +499,7 @@ class CUDAStore(LayerStore):
             ps.len.copy_(ps.len[idx])
             ps.main_end.copy_(ps.main_end[idx])
             ps.len_host = [ps.len_host[i] for i in idx.tolist()]
-            ps.current = None
+            ps.restart()
             ps.reorders += 1
         self._reorders = ps.reorders
         self._step = None
@@ -486,5 +509,5 @@ class CUDAStore(LayerStore):
         ps.len.zero_()
         ps.main_end.zero_()
         ps.len_host = [0] * self.B
-        ps.current = None
+        ps.restart()
         self._step = None
