@@ -11,8 +11,9 @@ dequantized by transformers). One JSON object per policy on stdout.
     python bench/hf_kld.py -m models/SmolLM2-135M-Instruct.Q4_1.gguf -f corpora/prose-heldout.txt \
         --ctx 1024 --chunks 2 --policies "f16 q8 tq-mse:4/tq-mse:4 tq-mse:4+chscale/tq-mse:4"
 
-`kvq kld` with the same --ctx/--batch/--policy measures the same quantity
-on kvq's own engine (docs/RESULTS.md puts the two side by side).
+`kvq kld` with the same --ctx/--batch/--policy measures the same quantity on
+kvq's own engine; with --base f32 --acts f32 its base and activations are
+float32 as here (docs/RESULTS.md puts them side by side).
 """
 from __future__ import annotations
 
@@ -59,10 +60,14 @@ def main() -> int:
         print(f"{a.file}: {ids.shape[1]} tokens, fewer than --ctx {a.ctx}", file=sys.stderr)
         return 2
     half = a.ctx // 2
+    # as `kvq kld`: the first token of each window is replaced by BOS for models that want one (Gemma 3)
+    bos = tok.bos_token_id if tok("a").input_ids[:1] == [tok.bos_token_id] else None
     bases = []
     with torch.inference_mode():
         for w in range(n):
-            win = ids[:, w * a.ctx:(w + 1) * a.ctx]
+            win = ids[:, w * a.ctx:(w + 1) * a.ctx].clone()
+            if bos is not None:
+                win[0, 0] = bos
             from transformers import DynamicCache
             bases.append((win, torch.log_softmax(window_logits(model, win, a.batch, DynamicCache()), -1)[half:]))
         for pol in a.policies.replace("|", " ").split():

@@ -15,11 +15,15 @@ echo "== python packages"
 # fresh one), passed to CMake explicitly so both agree.
 PY="$(command -v python3)"
 PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 matplotlib==3.11.2 pytest==9.2.0)  # matplotlib: tests/test_report.py; pytest: tests/python
+# kvq.transformers' tests (tests/python/test_transformers.py): PyPI's torch is
+# its CUDA build (~3 GB with the nvidia-* wheels; pip caches it); accelerate
+# and gguf are what transformers' GGUF loader needs.
+PIP_PKGS+=(torch==2.15.0 transformers==5.24.0 accelerate==1.15.0 safetensors==0.8.0 sentencepiece==0.2.3)
 if ! "$PY" -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}" 2>/tmp/kvq-ci-pip.log; then
     # Debian's own python is "externally managed" (PEP 668)
     "$PY" -m pip install -q --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}"
 fi
-"$PY" -c 'import numpy, gguf, matplotlib, pytest; print("numpy", numpy.__version__, "gguf ok, matplotlib", matplotlib.__version__, "pytest", pytest.__version__)'
+"$PY" -c 'import numpy, gguf, matplotlib, pytest, torch, transformers; print("numpy", numpy.__version__, "gguf ok, matplotlib", matplotlib.__version__, "pytest", pytest.__version__, "torch", torch.__version__, "transformers", transformers.__version__)'
 
 echo "== models and corpora"
 bash scripts/fetch-models.sh --all
