@@ -219,7 +219,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     const int warm = 5;
     for (int i = 0; i < warm + runs; i++) {
         const int c = i % copies;
-        kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx};
+        kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL};
         CU(cudaEventRecord(e0));
         OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
         CU(cudaEventRecord(e1));

@@ -122,6 +122,9 @@ typedef struct kvq_cuda_batch {
     const int32_t *win_len;     /* device, n_seq, or NULL: positions [main_len, main_len + win_len) in the window */
     const void *window;         /* device window rings, or NULL */
     int max_main_len;           /* host: >= every main_len (sizes the grid) */
+    const int32_t *seq_map;     /* device, n_seq, or NULL (= identity): sequence s reads block-table row and window
+                                   ring seq_map[s] (queries, lengths and outputs stay per s): several rows of
+                                   one stored sequence, e.g. causal prefill rows with main_len = t + 1 */
 } kvq_cuda_batch;
 
 /*
@@ -129,10 +132,39 @@ typedef struct kvq_cuda_batch {
  * sequence (device, n_seq x n_q_heads x d floats, same for out) over all its
  * positions, pages then window. A sequence with no position gets zeros.
  * The layer keeps a device workspace, grown on demand (the growth
- * synchronises): calls on one layer must not overlap.
+ * synchronises; kvq_cuda_layer_reserve grows it ahead): calls on one layer
+ * must not overlap. While `stream` is being captured into a CUDA graph a
+ * growth is refused with KVQ_ERR_STATE (nothing is launched), so a captured
+ * call never allocates or synchronises.
  */
 KVQ_API int kvq_cuda_attend(kvq_cuda_layer *layer, const kvq_cuda_batch *batch, const float *q, float scale, float *out,
                     void *stream);
+
+/*
+ * Decode path without allocation or synchronisation (CUDA-graph safe).
+ *
+ * kvq_cuda_attend_workspace_bytes: device workspace bytes enough for any
+ * batch of at most n_seq sequences whose max_main_len is at most
+ * max_main_len (0 for invalid arguments). A bound: the split-K chunking
+ * depends on the batch, the bound takes its finest chunks.
+ *
+ * kvq_cuda_layer_reserve: grows the layer's own workspace to that bound
+ * (synchronous; KVQ_ERR_NOMEM if the allocation fails). Afterwards
+ * kvq_cuda_attend on such batches launches its kernels and nothing else.
+ *
+ * kvq_cuda_attend_ws: kvq_cuda_attend on a caller's workspace (device,
+ * 16-byte aligned, workspace_bytes at least the need of this batch, which
+ * kvq_cuda_attend_workspace_bytes(layer, n_seq, max_main_len) bounds;
+ * KVQ_ERR_INVALID_ARG otherwise). The layer is only read: calls on one
+ * layer may overlap when their workspaces and outputs differ. The kernels
+ * read block_table, main_len and win_len on the device, so one captured
+ * call (max_main_len on the host sizes its grid: capture it with the
+ * capacity) serves every later length up to max_main_len.
+ */
+KVQ_API size_t kvq_cuda_attend_workspace_bytes(const kvq_cuda_layer *layer, int n_seq, int max_main_len);
+KVQ_API int kvq_cuda_layer_reserve(kvq_cuda_layer *layer, int n_seq, int max_main_len);
+KVQ_API int kvq_cuda_attend_ws(const kvq_cuda_layer *layer, const kvq_cuda_batch *batch, const float *q, float scale,
+                               float *out, void *workspace, size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 }

@@ -240,5 +240,63 @@ def engine() -> ctypes.CDLL:
         return _engine
 
 
+# ---------------------------------------------------------------- libkvq-cuda (include/kvq_cuda.h)
+class CudaLayerConfig(Structure):
+    _fields_ = [("k", c_void_p), ("v", c_void_p), ("n_kv_heads", c_int), ("n_q_heads", c_int),
+                ("page_tokens", c_int), ("window", c_int)]
+
+
+class CudaBatch(Structure):
+    _fields_ = [("n_seq", c_int), ("pages", c_void_p), ("block_table", c_void_p), ("max_pages", c_int),
+                ("main_len", c_void_p), ("win_len", c_void_p), ("window", c_void_p), ("max_main_len", c_int),
+                ("seq_map", c_void_p)]
+
+
+_CUDA = {
+    "kvq_cuda_device_count": (c_int, []),
+    "kvq_cuda_plan_create": (c_int, [POINTER(_VP), _VP]),
+    "kvq_cuda_plan_free": (None, [_VP]),
+    "kvq_cuda_plan_code_bytes": (_SZ, [_VP]),
+    "kvq_cuda_encode": (c_int, [_VP, _VP, c_int, _SZ, _VP, _VP, _VP]),
+    "kvq_cuda_layer_create": (c_int, [POINTER(_VP), POINTER(CudaLayerConfig)]),
+    "kvq_cuda_layer_free": (None, [_VP]),
+    "kvq_cuda_layer_page_bytes": (_SZ, [_VP]),
+    "kvq_cuda_layer_window_bytes": (_SZ, [_VP, c_int]),
+    "kvq_cuda_store_pages": (c_int, [_VP, c_int, _VP, _VP, c_int, _SZ, _VP, _VP, _VP]),
+    "kvq_cuda_store_window": (c_int, [_VP, c_int, _VP, _VP, c_int, _SZ, _VP, _VP, _VP, _VP]),
+    "kvq_cuda_attend": (c_int, [_VP, POINTER(CudaBatch), _VP, c_float, _VP, _VP]),
+    "kvq_cuda_attend_workspace_bytes": (_SZ, [_VP, c_int, c_int]),
+    "kvq_cuda_layer_reserve": (c_int, [_VP, c_int, c_int]),
+    "kvq_cuda_attend_ws": (c_int, [_VP, POINTER(CudaBatch), _VP, c_float, _VP, _VP, _SZ, _VP]),
+}
+
+_cuda = None
+_cuda_error: "str | None" = None
+_cuda_lock = threading.Lock()
+
+
+def cuda() -> ctypes.CDLL:
+    """libkvq-cuda, loaded on the first CUDA operation (kvq.torch); OSError if this build has none.
+
+    The wheel holds it when built with ``pip install . -Ccmake.define.KVQ_CUDA=ON``;
+    $KVQ_LIBRARY_DIR (a CMake build directory with CUDA) is searched first.
+    """
+    global _cuda, _cuda_error
+    with _cuda_lock:
+        if _cuda is None:
+            if _cuda_error is not None:
+                raise OSError(_cuda_error)
+            try:
+                path = _find("kvq-cuda")
+            except ImportError as e:
+                _cuda_error = (f"{e}; libkvq-cuda is built only with CUDA: "
+                               "pip install . -Ccmake.define.KVQ_CUDA=ON (nvcc needed)")
+                raise OSError(_cuda_error) from None
+            lib = ctypes.CDLL(path)
+            _declare(lib, _CUDA)
+            _cuda = lib
+        return _cuda
+
+
 def strerror(status: int) -> str:
     return core.kvq_strerror(status).decode()

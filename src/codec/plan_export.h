@@ -33,8 +33,10 @@ typedef struct kvq_plan_tables {
     size_t code_bytes;
 } kvq_plan_tables;
 
-/* Fills t; KVQ_ERR_NULL for NULL arguments. Never fails otherwise (kind may be KVQ_LAY_NONE). */
-int kvq_plan_export(const kvq_plan *plan, kvq_plan_tables *t);
+/* Fills t; KVQ_ERR_NULL for NULL arguments. Never fails otherwise (kind may be KVQ_LAY_NONE).
+ * Exported by libkvq.so (KVQ_API) for libkvq-cuda.so, which is linked to it and built from the
+ * same tree; not part of the public API (no public header declares it). */
+KVQ_API int kvq_plan_export(const kvq_plan *plan, kvq_plan_tables *t);
 
 #ifdef __cplusplus
 }

@@ -337,33 +337,102 @@ __global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
     mp.out[((size_t)s * mp.HQ + hq) * D + c] = L > 0 ? (y[c] + yw[c]) / L : 0.f;
 }
 
+/* Tiles per chunk of the main pass for a batch (the split-K rule, or the tests' forced size). */
+static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_len) {
+    const int tiles = (max_main_len + 15) / 16;
+    const long long items = (long long)n_seq * L->H * L->QG;
+    if (L->force_ct > 0) return L->force_ct;
+    return kvqa::chunk_tiles(tiles, items, L->sms * L->occ, L->nw, L->wide);
+}
+
+/* Workspace floats of a batch with nchunk chunks: prepared queries, scaled queries, partial states. */
+static size_t ws_floats(const kvq_cuda_layer *L, int n_seq, int nchunk, size_t *f_qprep, size_t *f_qraw) {
+    const size_t nq = (size_t)n_seq * L->HQ;
+    *f_qprep = nq * 2 * D;
+    *f_qraw = nq * D;
+    return *f_qprep + *f_qraw + (size_t)n_seq * L->H * L->QG * (nchunk + 1) * SF;
+}
+
+extern "C" size_t kvq_cuda_attend_workspace_bytes(const kvq_cuda_layer *L, int n_seq, int max_main_len) {
+    if (!L || n_seq < 0 || max_main_len < 0) return 0;
+    /* the finest chunking of any batch within the bounds: the rule takes at least 4 tiles per warp
+     * (the wide-table kernel: one chunk, or chunks of at least 4 tiles per warp) */
+    const int tiles = (max_main_len + 15) / 16;
+    const int ct_min = L->force_ct > 0 ? L->force_ct : 4 * L->nw;
+    const int nchunk = tiles ? (tiles + ct_min - 1) / ct_min : 0;
+    size_t a, b;
+    return ws_floats(L, n_seq, nchunk, &a, &b) * sizeof(float);
+}
+
+extern "C" int kvq_cuda_layer_reserve(kvq_cuda_layer *L, int n_seq, int max_main_len) {
+    if (!L) return KVQ_ERR_NULL;
+    if (n_seq < 0 || max_main_len < 0) return KVQ_ERR_INVALID_ARG;
+    const size_t need = kvq_cuda_attend_workspace_bytes(L, n_seq, max_main_len);
+    if (need <= L->ws_bytes) return KVQ_OK;
+    KVQ_CU_TRY(cudaDeviceSynchronize()); /* the old workspace may be in use */
+    cudaFree(L->ws);
+    L->ws = NULL;
+    L->ws_bytes = 0;
+    KVQ_CU_TRY(cudaMalloc(&L->ws, need));
+    L->ws_bytes = need;
+    return KVQ_OK;
+}
+
+/* Grows the layer's own workspace to `need` bytes (kvq_cuda_attend); refused while the stream is
+ * being captured (an allocation there would invalidate the capture). */
+static int grow_ws(kvq_cuda_layer *L, size_t need, cudaStream_t st) {
+    if (need <= L->ws_bytes) return KVQ_OK;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    KVQ_CU_TRY(cudaStreamIsCapturing(st, &cs));
+    if (cs != cudaStreamCaptureStatusNone) return KVQ_ERR_STATE; /* kvq_cuda_layer_reserve first */
+    cudaFree(L->ws); /* synchronises: the old workspace may be in use */
+    L->ws = NULL;
+    L->ws_bytes = 0;
+    KVQ_CU_TRY(cudaMalloc(&L->ws, need));
+    L->ws_bytes = need;
+    return KVQ_OK;
+}
+
+/* One decode step on workspace ws (ws_bytes); grow: the layer whose own workspace is used and
+ * grown to the need (kvq_cuda_attend), NULL for a caller's workspace (kvq_cuda_attend_ws). */
+static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
+                       void *ws, size_t ws_bytes, kvq_cuda_layer *grow, cudaStream_t st);
+
 extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
                                void *stream) {
-    if (!L || !b || (b->n_seq > 0 && (!q || !out || !b->main_len))) return KVQ_ERR_NULL;
+    if (!L || !b) return KVQ_ERR_NULL;
+    return attend_impl(L, b, q, scale, out, NULL, 0, L, (cudaStream_t)stream);
+}
+
+extern "C" int kvq_cuda_attend_ws(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale,
+                                  float *out, void *workspace, size_t workspace_bytes, void *stream) {
+    if (!L || !b) return KVQ_ERR_NULL;
+    if (b->n_seq > 0 && !workspace) return KVQ_ERR_NULL;
+    if ((uintptr_t)workspace % 16) return KVQ_ERR_INVALID_ARG;
+    return attend_impl(L, b, q, scale, out, workspace, workspace_bytes, NULL, (cudaStream_t)stream);
+}
+
+static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const float *q, float scale, float *out,
+                       void *ws, size_t ws_bytes, kvq_cuda_layer *grow, cudaStream_t st) {
+    if (b->n_seq > 0 && (!q || !out || !b->main_len)) return KVQ_ERR_NULL;
     if (b->n_seq < 0 || b->max_main_len < 0 || !isfinite(scale)) return KVQ_ERR_INVALID_ARG;
     if (b->n_seq == 0) return KVQ_OK;
     if (b->max_main_len > 0 && (!b->pages || !b->block_table || b->max_pages <= 0)) return KVQ_ERR_NULL;
     const bool win = b->win_len != NULL && L->W > 0;
     if (b->win_len && (!b->window || L->W <= 0)) return KVQ_ERR_INVALID_ARG;
-    cudaStream_t st = (cudaStream_t)stream;
     const int tiles = (b->max_main_len + 15) / 16;
-    const long long items = (long long)b->n_seq * L->H * L->QG;
-    int ct = kvqa::chunk_tiles(tiles, items, L->sms * L->occ, L->nw, L->wide);
-    if (L->force_ct > 0) ct = L->force_ct;
+    const int ct = layer_chunk_tiles(L, b->n_seq, b->max_main_len);
     const int nchunk = tiles ? (tiles + ct - 1) / ct : 0;
-    /* workspace: prepared queries, scaled queries, partial states */
-    const size_t nq = (size_t)b->n_seq * L->HQ;
-    const size_t f_qprep = nq * 2 * D, f_qraw = nq * D;
-    const size_t f_part = (size_t)b->n_seq * L->H * L->QG * (nchunk + 1) * SF;
-    const size_t need = (f_qprep + f_qraw + f_part) * sizeof(float);
-    if (need > L->ws_bytes) {
-        cudaFree(L->ws);
-        L->ws = NULL;
-        L->ws_bytes = 0;
-        KVQ_CU_TRY(cudaMalloc(&L->ws, need));
-        L->ws_bytes = need;
+    size_t f_qprep, f_qraw;
+    const size_t need = ws_floats(L, b->n_seq, nchunk, &f_qprep, &f_qraw) * sizeof(float);
+    if (grow) {
+        const int rc = grow_ws(grow, need, st);
+        if (rc) return rc;
+        ws = grow->ws;
+        ws_bytes = grow->ws_bytes;
     }
-    float *qprep = (float *)L->ws, *qraw = qprep + f_qprep, *part = qraw + f_qraw;
+    if (need > ws_bytes) return KVQ_ERR_INVALID_ARG;
+    float *qprep = (float *)ws, *qraw = qprep + f_qprep, *part = qraw + f_qraw;
 
     PrepParams pp;
     pp.q = q;
@@ -395,6 +464,7 @@ extern "C" int kvq_cuda_attend(kvq_cuda_layer *L, const kvq_cuda_batch *b, const
     p.vrun = (unsigned long long)L->P * L->vb;
     p.pages = (const uint8_t *)b->pages;
     p.block_table = b->block_table;
+    p.seq_map = b->seq_map;
     p.main_len = b->main_len;
     p.win_len = win ? b->win_len : NULL;
     p.window = (const uint8_t *)b->window;

@@ -13,13 +13,15 @@
 namespace kvqa {
 
 /* The block's work item: sequence s, KV head h, group qgrp of GQ <= 8 query heads, chunk
- * (grid: x = chunk, y = KV head x group, z = sequence). */
+ * (grid: x = chunk, y = KV head x group, z = sequence); r: the block-table row and window ring
+ * of sequence s (p.seq_map[s], or s). */
 struct Item {
-    int s, h, qgrp, chunk, GQ;
+    int s, r, h, qgrp, chunk, GQ;
 };
 __device__ __forceinline__ Item block_item(const AttnParams &p) {
     Item it;
     it.s = blockIdx.z;
+    it.r = p.seq_map ? p.seq_map[it.s] : it.s;
     const int hg = blockIdx.y;
     it.h = hg / p.QG;
     it.qgrp = hg - it.h * p.QG;
@@ -31,7 +33,7 @@ __device__ __forceinline__ Item block_item(const AttnParams &p) {
 __device__ __forceinline__ int warp_tiles(int t_begin, int t_end, int warp, int NW) {
     return t_end - t_begin > warp ? (t_end - t_begin - warp + NW - 1) / NW : 0;
 }
-/* Block-table entry of tile `tile` of sequence s: the byte offset of its page in the pool and
+/* Block-table entry of tile `tile` of block-table row s: the byte offset of its page in the pool and
  * the slot of its first token (held per lane: no division or 64-bit multiply per tile). */
 __device__ __forceinline__ void tile_page(const AttnParams &p, int s, int tile, unsigned long long &pgoff, int &slot) {
     const int pos = tile * 16, pi = pos / p.P;

@@ -72,11 +72,11 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
     /* block-table entries of this warp's tiles, one per lane (chunk_tiles <= 32 * NW) */
     unsigned long long my_pgoff = 0;
     int my_slot = 0;
-    if (!WIN && lane < my_n) tile_page(p, s, t_begin + warp + lane * NW, my_pgoff, my_slot);
+    if (!WIN && lane < my_n) tile_page(p, it.r, t_begin + warp + lane * NW, my_pgoff, my_slot);
     const uint8_t *kbase = p.pages + (size_t)h * p.krun, *vbase = p.pages + p.kv_off_v + (size_t)h * p.vrun;
     if (WIN) {
-        ring_k = p.window + ((size_t)(s * 2 + 0) * p.H + h) * p.W * (2 * D);
-        ring_v = p.window + ((size_t)(s * 2 + 1) * p.H + h) * p.W * (2 * D);
+        ring_k = p.window + ((size_t)(it.r * 2 + 0) * p.H + h) * p.W * (2 * D);
+        ring_v = p.window + ((size_t)(it.r * 2 + 1) * p.H + h) * p.W * (2 * D);
     }
     auto issue = [&](int i) {
         if (i < my_n) {

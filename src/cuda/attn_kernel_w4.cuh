@@ -52,11 +52,11 @@ __global__ void __launch_bounds__(WTraits::NW * 32, 2) attn_kernel_w4(const Attn
     int my_slot0 = 0, my_slot1 = 0;
     unsigned long long pgoff;
     if (lane < my_n) {
-        tile_page(p, s, t_begin + warp + lane * NW, pgoff, my_slot0);
+        tile_page(p, it.r, t_begin + warp + lane * NW, pgoff, my_slot0);
         my_page0 = p.pages + pgoff;
     }
     if (lane + 32 < my_n) {
-        tile_page(p, s, t_begin + warp + (lane + 32) * NW, pgoff, my_slot1);
+        tile_page(p, it.r, t_begin + warp + (lane + 32) * NW, pgoff, my_slot1);
         my_page1 = p.pages + pgoff;
     }
     const uint32_t kfield = (uint32_t)(h * p.krun), vfield = (uint32_t)(p.kv_off_v + h * p.vrun);

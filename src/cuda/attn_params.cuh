@@ -27,6 +27,7 @@ struct AttnParams {
     unsigned long long page_bytes, kv_off_v, krun, vrun;
     const uint8_t *pages;
     const int32_t *block_table, *main_len, *win_len;
+    const int32_t *seq_map; /* NULL, or the block-table row / window ring of each sequence */
     const uint8_t *window;
     const float *qprep; /* [n_seq][HQ][qf]: rotated query, then S q~ */
     int qf;

@@ -19,7 +19,9 @@
  *     reference in double on the same bytes (exact scores from the decoded
  *     keys, or the tq-prod / qjl estimators; the CPU kvq_score of tq methods
  *     rounds the query to 8 bits, so it is reported apart): relative L2
- *     error of all outputs of a case <= 1e-3, of any single row <= 2e-3.
+ *     error of all outputs of a case <= 1e-3, of any single row <= 2e-3;
+ *   - the decode path captured in a CUDA graph and replayed (test_graph);
+ *   - causal rows of stored sequences through seq_map (test_seq_map).
  * Usage: test_cuda [--quick]
  */
 #include <math.h>
@@ -609,7 +611,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dml, tc.main_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
     if (W) CU(cudaMemcpy(dwl, tc.win_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
-    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len};
+    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len, NULL};
     const float scale = 1.0f / sqrtf((float)D);
     OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
     CU(cudaDeviceSynchronize());
@@ -793,6 +795,313 @@ static void test_attention(bool quick) {
     run_attn_case(c32, 9002, true);
 }
 
+/* ---- the decode path in a CUDA graph ------------------------------------------------
+ * One decode step of 3 sequences (store one token of K and V into pages and window rings,
+ * attend on the layer's reserved workspace and on a caller's) captured once on a stream and
+ * replayed for 6 steps; between replays only device inputs change (the token, its slot, the
+ * lengths, the query), copied outside the graph. Every replay's outputs must equal, bit for
+ * bit, direct calls with the same max_main_len (the capacity the graph was captured with),
+ * and agree with direct calls sized to the actual lengths; the graph's stores give the same
+ * bytes as direct stores into a second pool. Capturing a call that would grow the layer's
+ * workspace is refused (KVQ_ERR_STATE) and leaves the capture valid. */
+static void test_graph(void) {
+    const int H = 2, HQ = 8, P = 64, W = 16, NS = 3, CAP = 640, MAXP = CAP / P;
+    const char *specs[][2] = {{"tq-mse:4", "tq-mse:4"}, {"q8", "tq-mse:2"}};
+    for (auto &sp : specs) {
+        Rng r{777};
+        kvq_plan *kp, *vp;
+        OK(kvq_plan_create(&kp, sp[0], D, 5, NULL, 0));
+        OK(kvq_plan_create(&vp, sp[1], D, 5, NULL, 0)); /* same seed: tq-mse:4/4 shares its table (wide kernel) */
+        kvq_cuda_plan *ckp, *cvp;
+        OK(kvq_cuda_plan_create(&ckp, kp));
+        OK(kvq_cuda_plan_create(&cvp, vp));
+        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+        kvq_cuda_layer *layer;
+        OK(kvq_cuda_layer_create(&layer, &cfg));
+        const size_t page_bytes = kvq_cuda_layer_page_bytes(layer), pool = (size_t)NS * MAXP * page_bytes;
+        const size_t wbytes = kvq_cuda_layer_window_bytes(layer, NS);
+        std::vector<int32_t> bt((size_t)NS * MAXP);
+        for (int i = 0; i < NS * MAXP; i++) bt[i] = (i * 7 + 3) % (NS * MAXP); /* a permutation (7 coprime to 30) */
+        uint8_t *pg[2], *wn[2];
+        for (int m = 0; m < 2; m++) {
+            CU(cudaMalloc(&pg[m], pool));
+            CU(cudaMemset(pg[m], 0x3c, pool));
+            CU(cudaMalloc(&wn[m], wbytes));
+            CU(cudaMemset(wn[m], 0x3c, wbytes));
+        }
+        int32_t *dbt, *dml, *dwl, *ddst, *dseq, *dpos;
+        int *dst_st;
+        float *dx, *dq, *o1, *o2, *o3, *o4;
+        const size_t qn = (size_t)NS * HQ * D, xn = (size_t)NS * H * D;
+        CU(cudaMalloc(&dbt, bt.size() * 4));
+        CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
+        CU(cudaMalloc(&dml, NS * 4));
+        CU(cudaMalloc(&dwl, NS * 4));
+        CU(cudaMalloc(&ddst, NS * 4));
+        CU(cudaMalloc(&dseq, NS * 4));
+        CU(cudaMalloc(&dpos, NS * 4));
+        CU(cudaMalloc(&dst_st, 4));
+        CU(cudaMemset(dst_st, 0, 4));
+        CU(cudaMalloc(&dx, 2 * xn * 4));
+        CU(cudaMalloc(&dq, qn * 4));
+        for (float **o : {&o1, &o2, &o3, &o4}) CU(cudaMalloc(o, qn * 4));
+        const size_t wsb = kvq_cuda_attend_workspace_bytes(layer, NS, CAP);
+        EXPECT(wsb > 0, "workspace bytes");
+        void *ws;
+        CU(cudaMalloc(&ws, wsb));
+        cudaStream_t st;
+        CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        const float scale = 1.0f / sqrtf((float)D);
+        /* a capture that would grow the layer's workspace: refused, nothing launched */
+        {
+            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
+            cudaGraph_t g0;
+            CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            const int rc = kvq_cuda_attend(layer, &b0, dq, scale, o1, st);
+            CU(cudaStreamEndCapture(st, &g0));
+            EXPECT(rc == KVQ_ERR_STATE, "attend growing its workspace under capture: %d", rc);
+            CU(cudaGraphDestroy(g0));
+        }
+        /* a caller's workspace too small, or misaligned */
+        {
+            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
+            int rc = kvq_cuda_attend_ws(layer, &b0, dq, scale, o1, ws, 64, st);
+            EXPECT(rc == KVQ_ERR_INVALID_ARG, "attend_ws with 64 bytes: %d", rc);
+            rc = kvq_cuda_attend_ws(layer, &b0, dq, scale, o1, (uint8_t *)ws + 4, wsb - 4, st);
+            EXPECT(rc == KVQ_ERR_INVALID_ARG, "attend_ws misaligned: %d", rc);
+        }
+        OK(kvq_cuda_layer_reserve(layer, NS, CAP));
+        /* initial contents: lengths 150, 37, 0, stored directly into both pools */
+        int len[NS] = {150, 37, 0};
+        std::vector<float> hx;
+        for (int s = 0; s < NS; s++)
+            for (int t = 0; t < len[s]; t++) {
+                hx.assign(2 * xn, 0.f);
+                for (int i = 0; i < H * D; i++) hx[i] = (float)r.gauss(), hx[xn + i] = (float)r.gauss();
+                const int32_t slot = bt[(size_t)s * MAXP + t / P] * P + t % P, sq = s, ps = t;
+                CU(cudaMemcpy(dx, hx.data(), 2 * xn * 4, cudaMemcpyHostToDevice));
+                CU(cudaMemcpy(ddst, &slot, 4, cudaMemcpyHostToDevice));
+                CU(cudaMemcpy(dseq, &sq, 4, cudaMemcpyHostToDevice));
+                CU(cudaMemcpy(dpos, &ps, 4, cudaMemcpyHostToDevice));
+                for (int m = 0; m < 2; m++)
+                    for (int kv = 0; kv < 2; kv++) {
+                        OK(kvq_cuda_store_pages(layer, kv, pg[m], dx + kv * xn, KVQ_DTYPE_F32, 1, ddst, dst_st, NULL));
+                        OK(kvq_cuda_store_window(layer, kv, wn[m], dx + kv * xn, KVQ_DTYPE_F32, 1, dseq, dpos, dst_st, NULL));
+                    }
+            }
+        CU(cudaDeviceSynchronize());
+        /* the step, captured on graph pool 0 */
+        kvq_cuda_batch bg = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        int crc = 0;
+        for (int kv = 0; kv < 2 && !crc; kv++) {
+            crc = kvq_cuda_store_pages(layer, kv, pg[0], dx + kv * xn, KVQ_DTYPE_F32, NS, ddst, dst_st, st);
+            if (!crc) crc = kvq_cuda_store_window(layer, kv, wn[0], dx + kv * xn, KVQ_DTYPE_F32, NS, dseq, dpos, dst_st, st);
+        }
+        if (!crc) crc = kvq_cuda_attend_ws(layer, &bg, dq, scale, o1, ws, wsb, st);
+        if (!crc) crc = kvq_cuda_attend(layer, &bg, dq, scale, o2, st);
+        CU(cudaStreamEndCapture(st, &graph));
+        EXPECT(crc == 0, "captured calls: %d (%s)", crc, kvq_strerror(crc));
+        CU(cudaGraphInstantiate(&exec, graph, 0));
+        double worst = 0;
+        int diff12 = 0, diffref = 0;
+        for (int step = 0; step < 6; step++) {
+            int32_t slot[NS], sq[NS], ps[NS], ml[NS], wl[NS];
+            int maxl = 0;
+            for (int s = 0; s < NS; s++) {
+                const int p = len[s];
+                slot[s] = bt[(size_t)s * MAXP + p / P] * P + p % P;
+                sq[s] = s;
+                ps[s] = p;
+                const int n = p + 1;
+                ml[s] = n > W ? n - W : 0;
+                wl[s] = n - ml[s];
+                maxl = ml[s] > maxl ? ml[s] : maxl;
+                len[s]++;
+            }
+            hx.resize(2 * xn);
+            for (auto &v : hx) v = (float)r.gauss();
+            std::vector<float> hq(qn);
+            for (auto &v : hq) v = (float)r.gauss();
+            CU(cudaMemcpyAsync(dx, hx.data(), 2 * xn * 4, cudaMemcpyHostToDevice, st));
+            CU(cudaMemcpyAsync(dq, hq.data(), qn * 4, cudaMemcpyHostToDevice, st));
+            CU(cudaMemcpyAsync(ddst, slot, 4 * NS, cudaMemcpyHostToDevice, st));
+            CU(cudaMemcpyAsync(dseq, sq, 4 * NS, cudaMemcpyHostToDevice, st));
+            CU(cudaMemcpyAsync(dpos, ps, 4 * NS, cudaMemcpyHostToDevice, st));
+            CU(cudaMemcpyAsync(dml, ml, 4 * NS, cudaMemcpyHostToDevice, st));
+            CU(cudaMemcpyAsync(dwl, wl, 4 * NS, cudaMemcpyHostToDevice, st));
+            CU(cudaMemsetAsync(o1, 0xff, qn * 4, st));
+            CU(cudaMemsetAsync(o2, 0xff, qn * 4, st));
+            CU(cudaGraphLaunch(exec, st));
+            /* direct calls on pool 1: the same stores, attend at the capacity and at the lengths */
+            for (int kv = 0; kv < 2; kv++) {
+                OK(kvq_cuda_store_pages(layer, kv, pg[1], dx + kv * xn, KVQ_DTYPE_F32, NS, ddst, dst_st, st));
+                OK(kvq_cuda_store_window(layer, kv, wn[1], dx + kv * xn, KVQ_DTYPE_F32, NS, dseq, dpos, dst_st, st));
+            }
+            kvq_cuda_batch b1 = {NS, pg[1], dbt, MAXP, dml, dwl, wn[1], CAP, NULL};
+            OK(kvq_cuda_attend_ws(layer, &b1, dq, scale, o3, ws, wsb, st));
+            b1.max_main_len = maxl;
+            OK(kvq_cuda_attend(layer, &b1, dq, scale, o4, st));
+            CU(cudaStreamSynchronize(st));
+            std::vector<float> h1(qn), h2(qn), h3(qn), h4(qn);
+            CU(cudaMemcpy(h1.data(), o1, qn * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(h2.data(), o2, qn * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(h3.data(), o3, qn * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(h4.data(), o4, qn * 4, cudaMemcpyDeviceToHost));
+            double num = 0, den = 0;
+            for (size_t i = 0; i < qn; i++) {
+                if (memcmp(&h1[i], &h3[i], 4)) diffref++;
+                if (memcmp(&h1[i], &h2[i], 4)) diff12++;
+                num += (double)(h1[i] - h4[i]) * (h1[i] - h4[i]);
+                den += (double)h4[i] * h4[i];
+                if (!(h1[i] == h1[i])) num = INFINITY;
+            }
+            const double rel = sqrt(num / (den > 0 ? den : 1));
+            worst = rel > worst ? rel : worst;
+        }
+        EXPECT(diffref == 0, "graph %s/%s: %d outputs differ from direct calls at the capacity", sp[0], sp[1], diffref);
+        EXPECT(diff12 == 0, "graph %s/%s: reserved and caller workspaces differ in %d outputs", sp[0], sp[1], diff12);
+        EXPECT(worst <= 1e-5, "graph %s/%s: vs direct calls at the lengths, rel err %.3e", sp[0], sp[1], worst);
+        std::vector<uint8_t> a(pool), b(pool), wa(wbytes), wb(wbytes);
+        CU(cudaMemcpy(a.data(), pg[0], pool, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(b.data(), pg[1], pool, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(wa.data(), wn[0], wbytes, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(wb.data(), wn[1], wbytes, cudaMemcpyDeviceToHost));
+        EXPECT(a == b && wa == wb, "graph %s/%s: stored bytes differ from direct stores", sp[0], sp[1]);
+        int stv;
+        CU(cudaMemcpy(&stv, dst_st, 4, cudaMemcpyDeviceToHost));
+        EXPECT(stv == 0, "graph: store status %d", stv);
+        printf("  graph k=%-8s v=%-8s: 6 replays of store + attend (2 workspaces) = direct calls bit for bit "
+               "(%d, %d outputs differ); vs calls at the actual lengths rel err %.2e\n",
+               sp[0], sp[1], diffref, diff12, worst);
+        CU(cudaGraphExecDestroy(exec));
+        CU(cudaGraphDestroy(graph));
+        CU(cudaStreamDestroy(st));
+        for (void *p : {(void *)pg[0], (void *)pg[1], (void *)wn[0], (void *)wn[1], (void *)dbt, (void *)dml,
+                        (void *)dwl, (void *)ddst, (void *)dseq, (void *)dpos, (void *)dst_st, (void *)dx, (void *)dq,
+                        (void *)o1, (void *)o2, (void *)o3, (void *)o4, ws})
+            CU(cudaFree(p));
+        kvq_cuda_layer_free(layer);
+        kvq_cuda_plan_free(ckp);
+        kvq_cuda_plan_free(cvp);
+        kvq_plan_free(kp);
+        kvq_plan_free(vp);
+    }
+}
+
+/* ---- causal rows of stored sequences (seq_map) ----------------------------------------------
+ * Two stored sequences (lengths 100 and 45, pages of 32 slots, f16 window of 8) and one batch row
+ * per position of each (145 rows, seq_map = the row's sequence), row t attending causally to
+ * positions [0, t] as a prefill does (main_len = min(t + 1, len - W), the rest in the ring), in one
+ * call; each row against a call of its own on its sequence with those lengths. */
+static void test_seq_map(void) {
+    const int H = 2, HQ = 8, P = 32, W = 8, NS = 2, MAXP = 4;
+    const int lens[NS] = {100, 45};
+    for (const char *spec : {"tq-mse:4", "q8"}) {
+        Rng r{4242};
+        kvq_plan *kp, *vp;
+        OK(kvq_plan_create(&kp, spec, D, 9, NULL, 0));
+        OK(kvq_plan_create(&vp, spec, D, 9, NULL, 0));
+        kvq_cuda_plan *ckp, *cvp;
+        OK(kvq_cuda_plan_create(&ckp, kp));
+        OK(kvq_cuda_plan_create(&cvp, vp));
+        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+        kvq_cuda_layer *layer;
+        OK(kvq_cuda_layer_create(&layer, &cfg));
+        const size_t pool = (size_t)NS * MAXP * kvq_cuda_layer_page_bytes(layer), wbytes = kvq_cuda_layer_window_bytes(layer, NS);
+        std::vector<int32_t> bt(NS * MAXP);
+        for (int i = 0; i < NS * MAXP; i++) bt[i] = NS * MAXP - 1 - i;
+        int ntok = 0;
+        for (int sq = 0; sq < NS; sq++) ntok += lens[sq];
+        std::vector<float> x((size_t)ntok * H * D * 2);
+        for (auto &v : x) v = (float)r.gauss();
+        std::vector<int32_t> dst(ntok), seq(ntok), pos(ntok), rmap(ntok), ml(ntok), wl(ntok);
+        int k = 0, maxm = 0;
+        for (int sq = 0; sq < NS; sq++)
+            for (int t = 0; t < lens[sq]; t++, k++) {
+                dst[k] = bt[sq * MAXP + t / P] * P + t % P;
+                seq[k] = sq;
+                pos[k] = t;
+                rmap[k] = sq;
+                const int me = lens[sq] > W ? lens[sq] - W : 0;
+                ml[k] = t + 1 < me ? t + 1 : me;
+                wl[k] = t + 1 - ml[k];
+                maxm = ml[k] > maxm ? ml[k] : maxm;
+            }
+        uint8_t *dp, *dw;
+        float *dx, *dq, *dout, *dref;
+        int32_t *ddst, *dseq, *dpos, *dbt, *dmap, *dml, *dwl;
+        int *dst_st;
+        CU(cudaMalloc(&dp, pool));
+        CU(cudaMalloc(&dw, wbytes));
+        CU(cudaMalloc(&dx, x.size() * 4));
+        CU(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        const size_t qn = (size_t)ntok * HQ * D;
+        std::vector<float> q(qn);
+        for (auto &v : q) v = (float)r.gauss();
+        CU(cudaMalloc(&dq, qn * 4));
+        CU(cudaMemcpy(dq, q.data(), qn * 4, cudaMemcpyHostToDevice));
+        CU(cudaMalloc(&dout, qn * 4));
+        CU(cudaMalloc(&dref, qn * 4));
+        for (int32_t **a : {&ddst, &dseq, &dpos, &dmap, &dml, &dwl}) CU(cudaMalloc(a, ntok * 4));
+        CU(cudaMalloc(&dbt, bt.size() * 4));
+        CU(cudaMalloc(&dst_st, 4));
+        CU(cudaMemset(dst_st, 0, 4));
+        CU(cudaMemcpy(ddst, dst.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dseq, seq.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dpos, pos.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dmap, rmap.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dml, ml.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dwl, wl.data(), ntok * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
+        const size_t xs = (size_t)ntok * H * D;
+        for (int kv = 0; kv < 2; kv++) {
+            OK(kvq_cuda_store_pages(layer, kv, dp, dx + kv * xs, KVQ_DTYPE_F32, ntok, ddst, dst_st, NULL));
+            /* the ring positions one by one in order, so the last W of each sequence remain */
+            for (int i = 0; i < ntok; i++)
+                OK(kvq_cuda_store_window(layer, kv, dw, dx + kv * xs + (size_t)i * H * D, KVQ_DTYPE_F32, 1, dseq + i, dpos + i,
+                                         dst_st, NULL));
+        }
+        const float scale = 1.0f / sqrtf((float)D);
+        kvq_cuda_batch b = {ntok, dp, dbt, MAXP, dml, dwl, dw, maxm, dmap};
+        CU(cudaMemset(dout, 0xff, qn * 4));
+        OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
+        for (int i = 0; i < ntok; i++) {
+            kvq_cuda_batch b1 = {1, dp, dbt + rmap[i] * MAXP, MAXP, dml + i, dwl + i, dw, ml[i], NULL};
+            /* the window ring of sequence rmap[i]: the batch's sequence 0 reads ring 0, so offset the pointer */
+            b1.window = dw + (size_t)rmap[i] * 2 * H * W * D * 2;
+            OK(kvq_cuda_attend(layer, &b1, dq + (size_t)i * HQ * D, scale, dref + (size_t)i * HQ * D, NULL));
+        }
+        CU(cudaDeviceSynchronize());
+        std::vector<float> a(qn), bb(qn);
+        CU(cudaMemcpy(a.data(), dout, qn * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(bb.data(), dref, qn * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        for (size_t i = 0; i < qn; i++) {
+            num += (double)(a[i] - bb[i]) * (a[i] - bb[i]);
+            den += (double)bb[i] * bb[i];
+            if (!(a[i] == a[i])) num = INFINITY;
+        }
+        const double rel = sqrt(num / (den > 0 ? den : 1));
+        EXPECT(rel <= 1e-5, "seq_map %s: rows vs their own calls rel err %.3e", spec, rel);
+        int stv;
+        CU(cudaMemcpy(&stv, dst_st, 4, cudaMemcpyDeviceToHost));
+        EXPECT(stv == 0, "seq_map: store status %d", stv);
+        printf("  seq_map %-8s: %d causal rows of 2 stored sequences in one call vs a call per row: rel err %.2e\n", spec,
+               ntok, rel);
+        for (void *pp : {(void *)dp, (void *)dw, (void *)dx, (void *)dq, (void *)dout, (void *)dref, (void *)ddst, (void *)dseq,
+                         (void *)dpos, (void *)dmap, (void *)dml, (void *)dwl, (void *)dbt, (void *)dst_st})
+            CU(cudaFree(pp));
+        kvq_cuda_layer_free(layer);
+        kvq_cuda_plan_free(ckp);
+        kvq_cuda_plan_free(cvp);
+        kvq_plan_free(kp);
+        kvq_plan_free(vp);
+    }
+}
+
 int main(int argc, char **argv) {
     bool quick = false;
     for (int i = 1; i < argc; i++) {
@@ -810,6 +1119,8 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
     test_encode(quick);
     test_attention(quick);
+    test_graph();
+    test_seq_map();
     printf("test_cuda: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -1,0 +1,513 @@
+"""CUDAStore: a LayerStore on the kvq CUDA kernels (kvq.torch; docs/CUDA.md, "PyTorch").
+
+Per layer: a kvq_cuda_layer (K and V plans, heads, page size P, f16 window W), a page pool (one
+torch uint8 device tensor, so torch.cuda.max_memory_allocated counts it; page 0 is a scratch page
+that padding tokens are written to), a block table (B, max_pages) int32, device lengths, and with
+W > 0 the f16 window rings ((B + 1) sequences, the last a scratch ring).
+
+Storage. Every appended token is encoded into its page slot at once (from its f16 value when
+the layer has an f16 window, as the C cache encodes a token leaving its window; from f32 or
+f16 otherwise), and with W > 0 also written to the ring. Positions [0, main_end) are attended on
+the codes and [main_end, len) on the ring, main_end = max(main_end, len - W) after each append
+(min(main_end, n) after crop(n)): the C cache's rule, so the CPU and CUDA stores attend the same
+values.
+
+Attention. A decode step (T = 1) is one kvq_cuda_attend of B sequences. A chunk of T > 1 tokens
+(prefill) runs B x T rows of the batch (kvq_cuda_batch.seq_map: row (b, t) reads sequence b's
+pages and ring), row t of sequence b with main_len = min(n, main_end) and n = len_b - T + t + 1 positions: causal, on the stored
+codes, without materialising the cache in f16 (in slices of rows whose workspace stays under
+256 MB). Padding rows (skip) get n = 0, i.e. zeros.
+
+No host synchronisation in a decode step, and every index is computed on the device from the
+device lengths: a decode step can be captured in a CUDA graph when the store is preallocated
+(LayerSpec.max_tokens > 0; under capture the grid is sized for the capacity). Kernel errors
+(NaN/Inf, values beyond f16 with a window) are checked at once after a prefill (synchronising;
+on an error nothing becomes visible) and by check() for decode steps. The host copy of the
+lengths (lengths()) advances with each append() call; after CUDA-graph replays call
+sync_lengths().
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+from .. import _errors
+from .._errors import InvalidArgumentError, StateError, UnsupportedError
+from ..codec import Plan
+from ._store import LayerSpec, LayerStore
+
+_MASK64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+
+
+def _mix64(z: int) -> int:
+    """kvq_mix64 of src/common/rng.h: one splitmix64 step from state z."""
+    z = (z + _GAMMA) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
+    """The C cache's per-(layer, K/V, head) plan seed (cache_plan_seed, src/cache/cache.c); head -1:
+    one plan for all heads. CUDAStore uses plan_seed(spec.seed, spec.layer, kv), the plans of a
+    kvq_cache created with seed = spec.seed, so both stores encode the same bytes."""
+    tag = ((layer & 0xFFFFFFFF) << 32) | ((kv & 1) << 31) | ((head + 1) & 0xFFFFFFFF)
+    return _mix64((seed ^ _mix64(tag ^ 0x4B5643414348)) & _MASK64)
+
+
+SERVED = ("head dim 128; K in f16, q8, tq-mse:1/2/4, rvq:1/2/4, tq-prod:2/3/5, qjl; V in f16, q8, tq-mse:1/2/4, "
+          "rvq:1/2/4 (f16 scales; +norot, +scale=norm, +cb=gauss); no calibrated options (+outliers, +center, "
+          "+chscale), no polar, q4, bf16, f32, tq-mse:3 or 5..8; global attention (no sliding window)")
+
+
+class CudaKernels:
+    """The kernels a CUDAStore calls: kvq.torch's CUDA operators (the default backend).
+
+    Calls go straight to the implementations (fewer Python layers per decode step), or through
+    torch.ops.kvq (use_ops=True, and always while torch.compile traces)."""
+
+    def __init__(self, use_ops: bool = False) -> None:
+        from .. import torch as kt  # imported here: libkvq-cuda loads on first use, not on import
+        self._kt = kt
+        self.use_ops = use_ops
+
+    def make_layer(self, k: Plan, v: Plan, n_kv_heads: int, n_q_heads: int, page_tokens: int, window: int,
+                   device: torch.device) -> Any:
+        kt = self._kt
+        try:
+            kc, vc = kt.CudaPlan(k, device), kt.CudaPlan(v, device)
+        except UnsupportedError as e:
+            raise UnsupportedError(f"kvq CUDA does not serve K {k.spec!r} / V {v.spec!r}: {e}; it serves {SERVED}",
+                                   status=-15, argument=f"{k.spec}/{v.spec}") from None
+        return kt.CudaLayer(kc, vc, n_kv_heads, n_q_heads, page_tokens, window)
+
+    def new_status(self, device: torch.device) -> torch.Tensor:
+        return self._kt.new_status(device)
+
+    def check(self, status: torch.Tensor, call: str) -> None:
+        self._kt.check_status(status, call)
+
+    def _ops(self) -> bool:
+        return self.use_ops or torch.compiler.is_compiling()
+
+    def store_pages(self, layer: Any, pages: torch.Tensor, x: torch.Tensor, dst: torch.Tensor, kv: int,
+                    status: torch.Tensor) -> None:
+        if self._ops():
+            torch.ops.kvq.store_pages(pages, x, dst, layer.key, kv, status)
+        else:
+            self._kt._store_pages_impl(pages, x, dst, layer.key, kv, status)
+
+    def store_window(self, layer: Any, window: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
+                     kv: int, status: torch.Tensor) -> None:
+        if self._ops():
+            torch.ops.kvq.store_window(window, x, seq, pos, layer.key, kv, status)
+        else:
+            self._kt._store_window_impl(window, x, seq, pos, layer.key, kv, status)
+
+    def attend(self, layer: Any, q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor,
+               main_len: torch.Tensor, win_len: Optional[torch.Tensor], window: Optional[torch.Tensor], scale: float,
+               max_main_len: int, seq_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self._ops():
+            return torch.ops.kvq.attend(q, pages, block_table, main_len, win_len, window, layer.key, scale,
+                                        max_main_len, seq_map)
+        return self._kt._attend_impl(q, pages, block_table, main_len, win_len, window, layer.key, scale,
+                                     max_main_len, seq_map)
+
+
+def _contiguous_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in dtype, contiguous, in one pass (x itself when it already is)."""
+    if x.dtype == dtype and x.is_contiguous():
+        return x
+    return torch.empty(x.shape, dtype=dtype, device=x.device).copy_(x)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+class _Step:
+    """The device indices of one appended chunk, shared by the layers of a group."""
+
+    __slots__ = ("T", "skip", "version", "consumed", "dst", "wseq", "wpos", "ml", "wl", "max_len")
+
+    def __init__(self, T: int, skip: Optional[List[int]], version: int = 0) -> None:
+        self.T, self.skip, self.version = T, skip, version
+        self.consumed = 0  # layers that stored this chunk
+        self.dst = self.wseq = self.wpos = self.ml = self.wl = None
+        self.max_len = 0
+
+
+class _Positions:
+    """Lengths, f16-window frontier (main_end) and block table of B sequences: the state that every
+    layer of a model has in common, kept once per StoreGroup (one per store without a group)."""
+
+    def __init__(self, B: int, P: int, W: int, max_tokens: int, device: torch.device) -> None:
+        self.B, self.P, self.W, self.device = B, P, W, device
+        self.fixed = max_tokens > 0
+        self.cap_pages = max(1, -(-(max_tokens if self.fixed else 256) // P))
+        self.bt = (1 + torch.arange(B * self.cap_pages, dtype=torch.int32, device=device)).view(B, self.cap_pages)
+        self.len = torch.zeros(B, dtype=torch.int32, device=device)
+        self.main_end = torch.zeros(B, dtype=torch.int32, device=device)
+        self.len_host: List[int] = [0] * B
+        self.seq_idx = torch.arange(B, dtype=torch.int32, device=device)
+        self.version = 0      # steps started
+        self.floor = 0        # a fresh start (crop, reorder, reset, rollback): every layer is in step
+        self.members = 0      # stores of the group
+        self.current: Optional[_Step] = None
+        self.reorders = 0     # reorders applied
+        self.undo: Optional[Tuple[torch.Tensor, torch.Tensor, List[int]]] = None
+
+    @property
+    def capacity(self) -> int:
+        return self.cap_pages * self.P
+
+    def grow(self, need: int, layer: int) -> None:
+        if need <= self.capacity:
+            return
+        if self.fixed:
+            raise StateError(f"CUDAStore layer {layer}: {need} positions exceed the preallocated max_tokens "
+                             f"(capacity {self.capacity})", status=-16, argument=need)
+        if _capturing():
+            raise StateError(f"CUDAStore layer {layer}: the pool must grow to {need} positions under CUDA-graph "
+                             "capture; preallocate with LayerSpec.max_tokens", status=-16)
+        old = self.cap_pages
+        new = max(2 * old, -(-need // self.P))
+        add = torch.arange(self.B * (new - old), dtype=torch.int32, device=self.device).view(self.B, new - old)
+        self.bt = torch.cat([self.bt, add + 1 + self.B * old], dim=1).contiguous()
+        self.cap_pages = new
+
+    def advance(self, T: int, sk: Optional[List[int]], layer: int) -> _Step:
+        """Starts a step: the slots and per-row lengths of a chunk of T tokens, lengths advanced."""
+        B, P, W, dev = self.B, self.P, self.W, self.device
+        nvalid = [T - s for s in sk] if sk is not None else None
+        new_host = [l + (nvalid[b] if nvalid is not None else T) for b, l in enumerate(self.len_host)]
+        self.grow(max(new_host), layer)
+        step = _Step(T, sk)
+        old = self.len.clone()  # self.len is updated in place below (a CUDA graph keeps its address)
+        if T == 1 and sk is None:  # a decode step: fewest kernels
+            page = torch.gather(self.bt, 1, torch.div(old, P, rounding_mode="floor").long().unsqueeze(1))
+            step.dst = (page.view(B) * P + old % P)
+            new = old + 1
+            step.wseq, step.wpos = self.seq_idx, old
+            me = torch.maximum(self.main_end, new - W) if W > 0 else new
+            step.ml = me
+            step.wl = new - me if W > 0 else None
+        else:
+            t = torch.arange(T, dtype=torch.int32, device=dev)
+            if sk is None:
+                valid = None
+                pos = old.unsqueeze(1) + t
+                new = old + T
+            else:
+                skd = torch.tensor(sk, dtype=torch.int32, device=dev)
+                valid = t.unsqueeze(0) >= skd.unsqueeze(1)
+                pos = (old.unsqueeze(1) + t - skd.unsqueeze(1)).clamp_min(0)
+                new = old + (T - skd)
+            page = torch.gather(self.bt, 1, torch.div(pos, P, rounding_mode="floor").long())
+            dst = page * P + pos % P
+            if valid is not None:
+                dst = torch.where(valid, dst, 0)  # padding: the scratch page 0
+            step.dst = dst.reshape(B * T)
+            n = new.unsqueeze(1) - T + t + 1  # positions row t of sequence b attends to
+            if valid is not None:
+                n = torch.where(valid, n, 0)
+            if W > 0:
+                keep = pos >= (new - W).unsqueeze(1)  # what stays in the window: no two writes to one slot
+                if valid is not None:
+                    keep &= valid
+                step.wseq = torch.where(keep, self.seq_idx.unsqueeze(1), B).reshape(B * T)
+                step.wpos = pos.reshape(B * T)
+                me = torch.maximum(self.main_end, new - W)
+                ml = torch.minimum(n, me.unsqueeze(1))
+                step.ml, step.wl = ml.contiguous(), (n - ml).contiguous()
+            else:
+                me = new
+                step.ml, step.wl = n.contiguous(), None
+        self.undo = (self.len.clone(), self.main_end.clone(), list(self.len_host)) if T > 1 else None
+        self.len.copy_(new)
+        self.main_end.copy_(me)
+        self.len_host = new_host
+        step.max_len = max(new_host)
+        self.version += 1
+        step.version = self.version
+        self.current = step
+        return step
+
+    def restart(self) -> None:
+        """After crop/reorder/reset: the next append starts a step for every layer."""
+        self.current = None
+        self.floor = self.version
+
+    def rollback(self) -> None:
+        """Undoes the lengths of the current prefill step (a kernel error)."""
+        if self.undo is not None:
+            self.len.copy_(self.undo[0])
+            self.main_end.copy_(self.undo[1])
+            self.len_host = self.undo[2]
+        self.undo = None
+        self.version += 1
+        self.restart()
+
+
+class StoreGroup:
+    """Shares the position state of the CUDAStores of one model (same batch, page size, f16 window and
+    capacity): lengths, block tables and each step's device indices are kept and computed once for
+    all layers instead of once per layer. The stores of a group must all receive the same chunks in
+    turn (each step every layer appends and attends once), as kvq.transformers.Cache does; crop,
+    reorder and reset are applied to all of them."""
+
+    def __init__(self) -> None:
+        self._states: dict = {}
+
+    def positions(self, B: int, P: int, W: int, max_tokens: int, device: torch.device) -> _Positions:
+        key = (B, P, W, max_tokens, str(device))
+        st = self._states.get(key)
+        if st is None:
+            st = self._states[key] = _Positions(B, P, W, max_tokens, device)
+        return st
+
+
+class CUDAStore(LayerStore):
+    """K/V of one decoder layer for B sequences on the kvq CUDA kernels (module docstring).
+
+    device: a CUDA device. page_tokens: P, a multiple of 16 (256: the page size of the benchmarks
+    in docs/RESULTS.md). group: a StoreGroup shared by the layers of one model (optional; saves
+    the per-layer index kernels of each step). kernels: the backend (CudaKernels(); tests
+    substitute a CPU emulation). UnsupportedError, naming what is served, for methods, head dims
+    or layers the kernels do not serve.
+    """
+
+    PREFILL_WS_BYTES = 256 << 20  #: workspace bound of one slice of prefill rows
+
+    def __init__(self, spec: LayerSpec, device: Any, *, page_tokens: int = 256, group: Optional[StoreGroup] = None,
+                 kernels: Optional[Any] = None) -> None:
+        super().__init__(spec, torch.device(device))
+        if spec.head_dim != 128:
+            raise UnsupportedError(f"CUDAStore (layer {spec.layer}): head dim {spec.head_dim} is not served by "
+                                   f"the kvq CUDA attention kernels; they serve {SERVED}", status=-15,
+                                   argument=spec.head_dim)
+        if spec.sliding_window > 0 and not (0 < spec.max_tokens <= spec.sliding_window):
+            raise UnsupportedError(f"CUDAStore (layer {spec.layer}): sliding-window attention "
+                                   f"({spec.sliding_window}) is not served by the kvq CUDA kernels; they serve "
+                                   f"{SERVED}", status=-15, argument=spec.sliding_window)
+        if spec.batch <= 0 or spec.n_kv_heads <= 0 or spec.n_q_heads % spec.n_kv_heads or spec.f16_window < 0 \
+                or page_tokens <= 0 or page_tokens % 16 or spec.max_tokens < 0:
+            raise InvalidArgumentError(f"CUDAStore: invalid layer spec {spec} / page_tokens {page_tokens}",
+                                       status=-2)
+        for what, s in (("K", spec.k_spec), ("V", spec.v_spec)):
+            if Plan.needs_calibration(s):
+                raise UnsupportedError(f"CUDAStore (layer {spec.layer}): {what} method {s!r} needs calibration, "
+                                       f"which the kvq CUDA kernels do not serve; they serve {SERVED}", status=-15,
+                                       argument=s)
+        self.kernels = kernels if kernels is not None else CudaKernels()
+        B, H, d = spec.batch, spec.n_kv_heads, spec.head_dim
+        self.B, self.H, self.HQ, self.d, self.P, self.W = B, H, spec.n_q_heads, d, page_tokens, spec.f16_window
+        self._kplan = Plan(spec.k_spec, d, plan_seed(spec.seed, spec.layer, 0))
+        self._vplan = Plan(spec.v_spec, d, plan_seed(spec.seed, spec.layer, 1))
+        self.layer = self.kernels.make_layer(self._kplan, self._vplan, H, self.HQ, page_tokens, self.W, self.device)
+        self.page_bytes = int(self.layer.page_bytes)
+        dev = self.device
+        g = group if group is not None else StoreGroup()
+        self._pos = g.positions(B, page_tokens, self.W, spec.max_tokens, dev)
+        # a store made while its group is in a step (kvq.transformers.Cache makes them lazily, layer
+        # by layer, in the first forward) takes part in that step
+        cur = self._pos.current
+        self._ver = cur.version - 1 if cur is not None else self._pos.version
+        self._pos.members += 1
+        self._reorders = self._pos.reorders
+        self._cap_pages = self._pos.cap_pages
+        self._pool = torch.empty((1 + B * self._cap_pages) * self.page_bytes, dtype=torch.uint8, device=dev)
+        self._ring: Optional[torch.Tensor] = None
+        if self.W > 0:
+            self._ring = torch.zeros((B + 1, 2, H, self.W, d), dtype=torch.float16, device=dev)
+        self._status = self.kernels.new_status(dev)
+        self._step: Optional[_Step] = None
+
+    # ------------------------------------------------------------ bookkeeping
+    @property
+    def capacity(self) -> int:
+        """Positions per sequence the pool holds (max_tokens rounded up to whole pages when preallocated)."""
+        return self._pos.capacity
+
+    def lengths(self) -> Sequence[int]:
+        return list(self._pos.len_host)
+
+    def sync_lengths(self) -> List[int]:
+        """Reloads the host lengths from the device (synchronises): after CUDA-graph replays of
+        decode steps, which advance only the device lengths."""
+        self._pos.len_host = [int(v) for v in self._pos.len.tolist()]
+        return list(self._pos.len_host)
+
+    def memory_bytes(self) -> int:
+        n = self._pool.numel()
+        if self._ring is not None:
+            n += self._ring.numel() * 2
+        return n
+
+    def check(self) -> None:
+        """Synchronises and raises the kvq.Error of a kernel error since the last check (decode steps
+        are not checked otherwise)."""
+        self.kernels.check(self._status, f"CUDAStore layer {self.spec.layer}")
+
+    def _sync_pool(self) -> None:
+        """Grows this layer's pool to the group's block table (copying the pages)."""
+        cap = self._pos.cap_pages
+        if cap == self._cap_pages:
+            return
+        n_old = (1 + self.B * self._cap_pages) * self.page_bytes
+        pool = torch.empty((1 + self.B * cap) * self.page_bytes, dtype=torch.uint8, device=self.device)
+        pool[:n_old].copy_(self._pool)
+        self._pool = pool
+        self._cap_pages = cap
+
+    # ------------------------------------------------------------ append
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, d) -> (B * T, H, d) contiguous in the kernels' dtype (one conversion)."""
+        if self.W > 0:
+            dt = torch.float16  # encoded from the f16 value, as the C cache does with a window
+        else:
+            dt = x.dtype if x.dtype in (torch.float16, torch.float32) else torch.float32
+        B, H, T, d = x.shape
+        return _contiguous_as(x.transpose(1, 2), dt).view(B * T, H, d)
+
+    def append(self, key: Any, value: Any, skip: Optional[Sequence[int]] = None) -> None:
+        B, H, d = self.B, self.H, self.d
+        T = key.shape[2] if key.dim() == 4 else -1
+        if tuple(key.shape) != (B, H, T, d) or tuple(value.shape) != (B, H, T, d):
+            raise InvalidArgumentError(f"CUDAStore.append: key {tuple(key.shape)} / value {tuple(value.shape)}, "
+                                       f"expected ({B}, {H}, T, {d})", status=-2)
+        if key.device.type != self.device.type:
+            raise InvalidArgumentError(f"CUDAStore.append: tensors on {key.device}, store on {self.device}",
+                                       status=-2)
+        sk = self._skip(skip, T)
+        if T == 0:
+            self._step = _Step(0, None)
+            return
+        ps = self._pos
+        if self._ver < ps.floor:
+            self._ver = ps.floor
+        cur = ps.current
+        if cur is not None and cur.version == self._ver + 1:  # a later layer of the group's current step
+            if cur.T != T or cur.skip != sk:
+                raise StateError(f"CUDAStore layer {self.spec.layer}: the layers of a StoreGroup must append the "
+                                 f"same chunks in turn (this one: {T} tokens, skip {sk}; the group's step: {cur.T}, "
+                                 f"skip {cur.skip})", status=-16)
+            step = cur
+        elif cur is None or (cur.version == self._ver and cur.consumed >= ps.members):  # a new step
+            step = ps.advance(T, sk, self.spec.layer)
+        else:
+            raise StateError(f"CUDAStore layer {self.spec.layer}: out of step with its StoreGroup (every layer "
+                             "appends once per step, in turn)", status=-16)
+        self._ver = step.version
+        step.consumed += 1
+        self._sync_pool()
+        kx, vx = self._kernel_input(key), self._kernel_input(value)
+        st = self._status
+        self.kernels.store_pages(self.layer, self._pool, kx, step.dst, 0, st)
+        self.kernels.store_pages(self.layer, self._pool, vx, step.dst, 1, st)
+        if self.W > 0:
+            self.kernels.store_window(self.layer, self._ring, kx, step.wseq, step.wpos, 0, st)
+            self.kernels.store_window(self.layer, self._ring, vx, step.wseq, step.wpos, 1, st)
+        self._step = step
+        if T > 1 and not _capturing():
+            # a prefill is checked at once (synchronising): on an error no position of the chunk
+            # becomes visible, in any layer of the group
+            try:
+                self.kernels.check(st, f"CUDAStore layer {self.spec.layer} append")
+            except _errors.Error:
+                ps.rollback()
+                self._step = None
+                raise
+
+    def _skip(self, skip: Optional[Sequence[int]], T: int) -> Optional[List[int]]:
+        if skip is None:
+            return None
+        sk = [int(s) for s in skip]
+        if len(sk) != self.B or any(s < 0 or s > T for s in sk):
+            raise InvalidArgumentError(f"CUDAStore: skip {list(skip)} must be {self.B} ints in [0, {T}]", status=-2)
+        return sk if any(sk) else None
+
+    # ------------------------------------------------------------ attend
+    def attend(self, query: Any, scaling: float, skip: Optional[Sequence[int]] = None) -> Any:
+        B, HQ, d = self.B, self.HQ, self.d
+        T = query.shape[2] if query.dim() == 4 else -1
+        if tuple(query.shape) != (B, HQ, T, d):
+            raise InvalidArgumentError(f"CUDAStore.attend: query {tuple(query.shape)}, expected ({B}, {HQ}, T, {d})",
+                                       status=-2)
+        step = self._step
+        if step is None or step.T != T:
+            raise StateError(f"CUDAStore.attend: {T} query tokens, but the last append() stored "
+                             f"{None if step is None else step.T}", status=-16)
+        if T == 0:
+            return query.new_zeros((B, 0, HQ, d))
+        q = _contiguous_as(query.transpose(1, 2), torch.float32)  # (B, T, HQ, d)
+        scale = float(scaling)
+        ring = self._ring
+        if T == 1:
+            mm = self.capacity if _capturing() else step.max_len
+            ml = step.ml.view(B)
+            wl = None if step.wl is None else step.wl.view(B)
+            out = self.kernels.attend(self.layer, q.view(B, HQ, d), self._pool, self._pos.bt, ml, wl, ring, scale, mm)
+            return out.view(B, 1, HQ, d).to(query.dtype)
+        # prefill: B x T virtual sequences, in slices of rows whose workspace stays bounded
+        per_row = max(1, int(self.layer.workspace_bytes(1, step.max_len)))
+        tc = max(1, min(T, self.PREFILL_WS_BYTES // (per_row * B)))
+        out = torch.empty((B, T, HQ, d), dtype=query.dtype, device=query.device)
+        bt = self._pos.bt
+        seq_map = None
+        for t0 in range(0, T, tc):
+            t1 = min(T, t0 + tc)
+            n = t1 - t0
+            if seq_map is None or seq_map.numel() != B * n:
+                seq_map = self._pos.seq_idx.repeat_interleave(n)  # row (b, t) reads sequence b's pages and ring
+            qv = q[:, t0:t1].reshape(B * n, HQ, d)
+            mlv = step.ml[:, t0:t1].reshape(B * n)
+            wlv = None if step.wl is None else step.wl[:, t0:t1].reshape(B * n)
+            mm = max(0, step.max_len - T + t1)
+            o = self.kernels.attend(self.layer, qv.contiguous(), self._pool, bt, mlv.contiguous(),
+                                    None if wlv is None else wlv.contiguous(), ring, scale, mm, seq_map)
+            out[:, t0:t1] = o.view(B, n, HQ, d)
+        return out
+
+    # ------------------------------------------------------------ rewinding, beams
+    def crop(self, n: int) -> None:
+        if n < 0:
+            raise InvalidArgumentError(f"CUDAStore.crop({n})", status=-2)
+        ps = self._pos
+        ps.len.clamp_(max=n)
+        ps.main_end.clamp_(max=n)
+        ps.len_host = [min(l, n) for l in ps.len_host]
+        ps.restart()
+        self._step = None
+
+    def reorder(self, beam_idx: Any) -> None:
+        idx = torch.as_tensor(beam_idx, device=self.device).long()
+        if tuple(idx.shape) != (self.B,):
+            raise InvalidArgumentError(f"CUDAStore.reorder: beam_idx of shape {tuple(idx.shape)}, expected "
+                                       f"({self.B},)", status=-2)
+        ps = self._pos
+        self._sync_pool()
+        pages = self._pool.view(-1, self.page_bytes)
+        bt = ps.bt
+        pages[bt.reshape(-1).long()] = pages[bt[idx].reshape(-1).long()]  # a copy: beams may repeat
+        if self._ring is not None:
+            self._ring[: self.B] = self._ring[idx]
+        if self._reorders == ps.reorders:  # the first layer of the group to reorder: the positions too
+            ps.len.copy_(ps.len[idx])
+            ps.main_end.copy_(ps.main_end[idx])
+            ps.len_host = [ps.len_host[i] for i in idx.tolist()]
+            ps.restart()
+            ps.reorders += 1
+        self._reorders = ps.reorders
+        self._step = None
+
+    def reset(self) -> None:
+        ps = self._pos
+        ps.len.zero_()
+        ps.main_end.zero_()
+        ps.len_host = [0] * self.B
+        ps.restart()
+        self._step = None

@@ -1,0 +1,195 @@
+"""A CPU stand-in for the kvq CUDA kernels, so that CUDAStore's bookkeeping (slots, block tables,
+window rings, per-row lengths of prefill rows, padding, crop/reorder) is tested without a GPU.
+
+Same interface as kvq.transformers._cuda_store.CudaKernels, same page-pool and ring shapes, but
+records are stored record-major in the pages (the kernels' field-major layout is tested by
+tests/cuda/test_cuda.cu) and attention is computed in float64 on the CPU plans' decoded rows.
+attend() also checks that max_main_len bounds every main_len (the kernels' grid would miss
+positions otherwise).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+import kvq
+from kvq._errors import error_for
+
+
+class EmuLayer:
+    def __init__(self, k: kvq.Plan, v: kvq.Plan, H: int, HQ: int, P: int, W: int) -> None:
+        self.k, self.v, self.H, self.HQ, self.P, self.W = k, v, H, HQ, P, W
+        self.d = k.dim
+        self.kb, self.vb = k.code_bytes, v.code_bytes
+        self.page_bytes = H * P * (self.kb + self.vb)
+        self.calls = {"store_pages": 0, "store_window": 0, "attend": 0}
+
+    def window_bytes(self, n_seq: int) -> int:
+        return n_seq * 2 * self.H * self.W * self.d * 2
+
+    def workspace_bytes(self, n_seq: int, max_main_len: int) -> int:
+        return n_seq * (3 * self.HQ * self.d + 4096) * 4
+
+
+class EmuKernels:
+    def make_layer(self, k: kvq.Plan, v: kvq.Plan, H: int, HQ: int, P: int, W: int, device: Any) -> EmuLayer:
+        return EmuLayer(k, v, H, HQ, P, W)
+
+    def new_status(self, device: Any) -> torch.Tensor:
+        return torch.zeros(1, dtype=torch.int32, device=device)
+
+    def check(self, status: torch.Tensor, call: str) -> None:
+        code = int(status.item())
+        if code:
+            status.zero_()
+            raise error_for(code, call=call)
+
+    @staticmethod
+    def _rec(L: EmuLayer, kv: int, page: int, h: int, slot: int) -> int:
+        cb = L.vb if kv else L.kb
+        base = page * L.page_bytes + (L.H * L.P * L.kb if kv else 0)
+        return base + (h * L.P + slot) * cb
+
+    def store_pages(self, L: EmuLayer, pages: torch.Tensor, x: torch.Tensor, dst: torch.Tensor, kv: int,
+                    status: torch.Tensor) -> None:
+        L.calls["store_pages"] += 1
+        assert x.dtype in (torch.float16, torch.float32) and x.is_contiguous() and dst.dtype == torch.int32
+        plan = L.v if kv else L.k
+        xs = x.float().numpy().reshape(-1, L.d)
+        if not np.isfinite(xs).all():
+            if int(status[0]) == 0:
+                status[0] = -6
+            return
+        codes = plan.encode(np.ascontiguousarray(xs)).reshape(x.shape[0], L.H, -1)
+        pn = pages.numpy()
+        cb = codes.shape[2]
+        for i, s in enumerate(dst.tolist()):
+            page, slot = divmod(s, L.P)
+            for h in range(L.H):
+                o = self._rec(L, kv, page, h, slot)
+                pn[o:o + cb] = codes[i, h]
+
+    def store_window(self, L: EmuLayer, window: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
+                     kv: int, status: torch.Tensor) -> None:
+        L.calls["store_window"] += 1
+        assert window.shape[1:] == (2, L.H, L.W, L.d)
+        if not torch.isfinite(x.float()).all():
+            if int(status[0]) == 0:
+                status[0] = -6
+            return
+        for i, (s, p) in enumerate(zip(seq.tolist(), pos.tolist())):
+            window[s, kv, :, p % L.W] = x[i].to(torch.float16)
+
+    def attend(self, L: EmuLayer, q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor,
+               main_len: torch.Tensor, win_len: Optional[torch.Tensor], window: Optional[torch.Tensor], scale: float,
+               max_main_len: int, seq_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+        L.calls["attend"] += 1
+        assert q.dtype == torch.float32 and q.is_contiguous()
+        n_seq, HQ, d = q.shape
+        G = HQ // L.H
+        ml = main_len.tolist()
+        wl = win_len.tolist() if win_len is not None else [0] * n_seq
+        assert max(ml) <= max_main_len, f"max_main_len {max_main_len} < main_len {max(ml)}"
+        pn = pages.numpy()
+        bt = block_table.tolist()
+        rmap = seq_map.tolist() if seq_map is not None else list(range(n_seq))
+        assert len(rmap) == n_seq and (seq_map is not None or len(bt) == n_seq)
+        out = np.zeros((n_seq, HQ, d), dtype=np.float64)
+        for s in range(n_seq):
+            m, w = ml[s], wl[s]
+            r = rmap[s]
+            if m + w == 0:
+                continue
+            for h in range(L.H):
+                Ks, Vs = [], []
+                if m:
+                    kr = np.empty((m, L.kb), np.uint8)
+                    vr = np.empty((m, L.vb), np.uint8)
+                    for p in range(m):
+                        page, slot = bt[r][p // L.P], p % L.P
+                        o = self._rec(L, 0, page, h, slot)
+                        kr[p] = pn[o:o + L.kb]
+                        o = self._rec(L, 1, page, h, slot)
+                        vr[p] = pn[o:o + L.vb]
+                    Ks.append(L.k.decode(kr).astype(np.float64))
+                    Vs.append(L.v.decode(vr).astype(np.float64))
+                if w:
+                    ps = [(m + i) % L.W for i in range(w)]
+                    Ks.append(window[r, 0, h, ps].double().numpy())
+                    Vs.append(window[r, 1, h, ps].double().numpy())
+                K, V = np.concatenate(Ks), np.concatenate(Vs)
+                for g in range(G):
+                    qq = q[s, h * G + g].double().numpy()
+                    sc = K @ qq * scale
+                    pr = np.exp(sc - sc.max())
+                    out[s, h * G + g] = pr @ V / pr.sum()
+        return torch.from_numpy(out.astype(np.float32))
+
+
+class RefStore:
+    """Float64 reference of a LayerStore's attention: the appended rows, positions before the f16
+    window's frontier (the C cache's main_end) decoded from their codes, the rest as f16."""
+
+    def __init__(self, B: int, H: int, HQ: int, W: int, kplan: kvq.Plan, vplan: kvq.Plan) -> None:
+        self.B, self.H, self.HQ, self.W = B, H, HQ, W
+        self.kp, self.vp = kplan, vplan
+        self.rows: list = [[] for _ in range(B)]  # per sequence: (k (H, d) f32, v (H, d) f32) as stored
+        self.me = [0] * B
+        self.last_T = 0
+
+    def _stored(self, x: torch.Tensor) -> np.ndarray:
+        x = x.float()
+        if self.W > 0:
+            x = x.half().float()
+        return x.numpy()
+
+    def append(self, key: torch.Tensor, value: torch.Tensor, skip=None) -> None:
+        B, H, T, d = key.shape
+        sk = list(skip) if skip is not None else [0] * B
+        for b in range(B):
+            for t in range(sk[b], T):
+                self.rows[b].append((self._stored(key[b, :, t].cpu()), self._stored(value[b, :, t].cpu())))
+            self.me[b] = max(self.me[b], len(self.rows[b]) - self.W) if self.W > 0 else len(self.rows[b])
+        self.last_T = T
+
+    def _decoded(self, plan: kvq.Plan, x: np.ndarray) -> np.ndarray:
+        return plan.decode(plan.encode(np.ascontiguousarray(x, dtype=np.float32))).astype(np.float64)
+
+    def attend(self, query: torch.Tensor, scale: float, skip=None) -> np.ndarray:
+        B, HQ, T, d = query.shape
+        G = HQ // self.H
+        sk = list(skip) if skip is not None else [0] * B
+        out = np.zeros((B, T, HQ, d))
+        qn = query.double().cpu().numpy()
+        for b in range(B):
+            L = len(self.rows[b])
+            if L == 0:
+                continue
+            K = np.stack([r[0] for r in self.rows[b]])  # (L, H, d)
+            V = np.stack([r[1] for r in self.rows[b]])
+            me = self.me[b]
+            for h in range(self.H):
+                Kh = K[:, h].astype(np.float64)
+                Vh = V[:, h].astype(np.float64)
+                if me:
+                    Kh[:me] = self._decoded(self.kp, K[:me, h])
+                    Vh[:me] = self._decoded(self.vp, V[:me, h])
+                for t in range(sk[b], T):
+                    n = L - T + t + 1
+                    for g in range(G):
+                        s = Kh[:n] @ qn[b, h * G + g, t] * scale
+                        p = np.exp(s - s.max())
+                        out[b, t, h * G + g] = p @ Vh[:n] / p.sum()
+        return out
+
+    def crop(self, n: int) -> None:
+        for b in range(self.B):
+            del self.rows[b][n:]
+            self.me[b] = min(self.me[b], n)
+
+    def reorder(self, idx) -> None:
+        idx = [int(i) for i in idx]
+        self.rows = [list(self.rows[i]) for i in idx]
+        self.me = [self.me[i] for i in idx]
