@@ -23,14 +23,14 @@ ATTN_IMPLEMENTATION = "kvq"
 
 
 def kvq_mask(*args: Any, attention_mask: Optional[torch.Tensor] = None, **kwargs: Any) -> Optional[torch.Tensor]:
-    """AttentionMaskInterface entry: the 2-D boolean padding mask, or None if nothing is masked."""
+    """AttentionMaskInterface entry: the 2-D boolean padding mask as given (no device sync: it is
+    only read, by chunk_skip, for chunks of more than one token)."""
     if attention_mask is None or attention_mask.ndim != 2:
         return attention_mask
     kv_length = kwargs.get("kv_length")
     if isinstance(kv_length, int) and attention_mask.shape[-1] > kv_length:
         attention_mask = attention_mask[:, -kv_length:]
-    m = attention_mask.bool()
-    return None if bool(m.all()) else m
+    return attention_mask
 
 
 def chunk_skip(mask: Optional[torch.Tensor], q_len: int) -> Optional[List[int]]:
@@ -38,9 +38,11 @@ def chunk_skip(mask: Optional[torch.Tensor], q_len: int) -> Optional[List[int]]:
 
     mask is the (B, kv_length) padding mask whose last q_len columns are the
     chunk. Only left padding can be stored: a padded token after a real one
-    raises NotImplementedError.
+    raises NotImplementedError. A one-token chunk (a decode step) is taken as
+    real without reading the mask (generate extends the mask with ones; not
+    reading it keeps the decode step free of device synchronisation).
     """
-    if mask is None:
+    if mask is None or q_len == 1:
         return None
     if mask.ndim != 2:
         raise NotImplementedError(f"kvq attention takes a 2-D padding mask, not {tuple(mask.shape)} "

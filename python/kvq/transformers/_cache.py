@@ -173,6 +173,7 @@ class Cache(_HFCache):
         self.max_tokens = int(max_tokens)
         self._padded = False
         self._cpu: Any = None
+        self._group: Any = None        # CUDA: one StoreGroup per batch (each step's index kernels once for all layers)
         self._specs: Optional[List[LayerSpec]] = None
         if hasattr(model, "set_attn_implementation") and getattr(config, "_attn_implementation", None) != \
                 ATTN_IMPLEMENTATION:
@@ -198,9 +199,24 @@ class Cache(_HFCache):
                                       seed=self.seed, threads=self.threads)
             return CPUStore(spec, dev, self._cpu)
         if dev.type == "cuda":
-            from ._cuda_store import CUDAStore
-            return CUDAStore(spec, dev)
+            from ._cuda_store import CUDAStore, StoreGroup
+            if self._group is None:
+                self._group = StoreGroup()
+            return CUDAStore(spec, dev, group=self._group)
         raise NotImplementedError(f"kvq.transformers.Cache: no kvq kernels for {dev.type} tensors")
+
+    def check(self) -> None:
+        """Raise the kvq.Error of any kernel error so far (CUDA: decode errors are found on the device;
+        this synchronises). CPU stores report errors at once, so this is a no-op for them."""
+        for l in self.layers:
+            if l.store is not None and hasattr(l.store, "check"):
+                l.store.check()
+
+    def sync_lengths(self) -> None:
+        """After CUDA-graph replays (which advance only the device lengths): reload the host lengths."""
+        for l in self.layers:
+            if l.store is not None and hasattr(l.store, "sync_lengths"):
+                l.store.sync_lengths()
 
     # ---------------------------------------------------------------- reporting
     def memory_bytes(self) -> int:
