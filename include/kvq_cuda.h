@@ -100,14 +100,16 @@ KVQ_API size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *layer, int n_se
 /*
  * Encodes ntok tokens of K (kv = 0) or V (kv = 1) into pages: x (device) is
  * ntok x H x d values of dtype, token i goes to slot dst[i] (device int32:
- * page * P + slot in page) of every head.
+ * page * P + slot in page) of every head; a negative dst[i] stores nothing
+ * (padding entries of a slot mapping, as vLLM's -1).
  */
 KVQ_API int kvq_cuda_store_pages(const kvq_cuda_layer *layer, int kv, void *pages, const void *x, kvq_dtype dtype, size_t ntok,
                          const int32_t *dst, int *dev_status, void *stream);
 /*
  * Writes ntok tokens as f16 into the window rings: token i belongs to
- * sequence seq[i] at position pos[i] (device int32 arrays). Values beyond
- * the f16 range set KVQ_ERR_RANGE.
+ * sequence seq[i] at position pos[i] (device int32 arrays; a negative seq[i]
+ * or pos[i] stores nothing: padding entries). Values beyond the f16 range
+ * set KVQ_ERR_RANGE.
  */
 KVQ_API int kvq_cuda_store_window(const kvq_cuda_layer *layer, int kv, void *window, const void *x, kvq_dtype dtype,
                           size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream);

@@ -189,6 +189,7 @@ __global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, lo
     if (row >= n) return;
     const long long t = row / H;
     const int h = (int)(row - t * H);
+    if (seq[t] < 0 || pos[t] < 0) return; /* padding entry: nothing stored */
     float v;
     int bad = 0;
     if (f16in) {

@@ -135,8 +135,10 @@ __device__ __forceinline__ uint8_t *enc_dst(const EncParams &P, long long v, int
     return run + kvq_layout_page_offset(&P.L, f, o.P, s, i);
 }
 
-/* Writes the record assembled in rec (shared) to its destination, 2 bytes per lane step. */
+/* Writes the record assembled in rec (shared) to its destination, 2 bytes per lane step.
+ * A negative page slot (a padding entry of a slot mapping, vLLM's -1) writes nothing. */
 __device__ __forceinline__ void enc_flush(const EncParams &P, long long v, const uint8_t *rec, int lane) {
+    if (P.out.paged && P.out.dst[v / P.out.H] < 0) return;
     for (int f = 0; f < P.L.nfield; f++) {
         const int sz = P.L.size[f], off = P.L.off[f];
         for (int i = 2 * lane; i < sz; i += 64) {

@@ -1102,6 +1102,57 @@ static void test_seq_map(void) {
     }
 }
 
+/* Padding entries (negative slot / sequence / position, vLLM's -1 in a slot
+ * mapping) store nothing: the whole pool and window stay as poisoned. */
+static void test_padding_slots(void) {
+    const int H = 2, HQ = 4, P = 16, W = 4, NT = 3;
+    kvq_plan *kp;
+    OK(kvq_plan_create(&kp, "tq-mse:4", D, 3, NULL, 0));
+    kvq_cuda_plan *cp;
+    OK(kvq_cuda_plan_create(&cp, kp));
+    kvq_cuda_layer_config cfg = {cp, cp, H, HQ, P, W};
+    kvq_cuda_layer *layer;
+    OK(kvq_cuda_layer_create(&layer, &cfg));
+    const size_t pool = 2 * kvq_cuda_layer_page_bytes(layer), wbytes = kvq_cuda_layer_window_bytes(layer, 1);
+    std::vector<float> x((size_t)NT * H * D, 0.5f);
+    const int32_t neg[NT] = {-1, -1, -7}, pos[NT] = {0, -1, 2}, seq[NT] = {-1, 0, -1};
+    uint8_t *dp, *dw;
+    float *dx;
+    int32_t *dneg, *dpos, *dseq;
+    int *dst;
+    CU(cudaMalloc(&dp, pool));
+    CU(cudaMalloc(&dw, wbytes));
+    CU(cudaMalloc(&dx, x.size() * 4));
+    for (int32_t **a : {&dneg, &dpos, &dseq}) CU(cudaMalloc(a, NT * 4));
+    CU(cudaMalloc(&dst, 4));
+    CU(cudaMemset(dst, 0, 4));
+    CU(cudaMemset(dp, 0xa5, pool));
+    CU(cudaMemset(dw, 0xa5, wbytes));
+    CU(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dneg, neg, NT * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dpos, pos, NT * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dseq, seq, NT * 4, cudaMemcpyHostToDevice));
+    /* the pool's second page is what a write at slot -1 of page 0 would miss: check both pages */
+    OK(kvq_cuda_store_pages(layer, 0, dp + kvq_cuda_layer_page_bytes(layer), dx, KVQ_DTYPE_F32, NT, dneg, dst, NULL));
+    OK(kvq_cuda_store_window(layer, 1, dw, dx, KVQ_DTYPE_F32, NT, dseq, dpos, dst, NULL));
+    CU(cudaDeviceSynchronize());
+    std::vector<uint8_t> hp(pool), hw(wbytes);
+    CU(cudaMemcpy(hp.data(), dp, pool, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(hw.data(), dw, wbytes, cudaMemcpyDeviceToHost));
+    size_t touched = 0;
+    for (uint8_t b : hp) touched += b != 0xa5;
+    for (uint8_t b : hw) touched += b != 0xa5;
+    int stv;
+    CU(cudaMemcpy(&stv, dst, 4, cudaMemcpyDeviceToHost));
+    EXPECT(touched == 0 && stv == 0, "padding slots: %zu bytes written, status %d", touched, stv);
+    printf("  padding slots: %d entries with negative slot/seq/pos, %zu bytes written (0 expected)\n", NT, touched);
+    for (void *pp : {(void *)dp, (void *)dw, (void *)dx, (void *)dneg, (void *)dpos, (void *)dseq, (void *)dst})
+        CU(cudaFree(pp));
+    kvq_cuda_layer_free(layer);
+    kvq_cuda_plan_free(cp);
+    kvq_plan_free(kp);
+}
+
 int main(int argc, char **argv) {
     bool quick = false;
     for (int i = 1; i < argc; i++) {
@@ -1121,6 +1172,7 @@ int main(int argc, char **argv) {
     test_attention(quick);
     test_graph();
     test_seq_map();
+    test_padding_slots();
     printf("test_cuda: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
