@@ -5,6 +5,9 @@
  *   bits_per_value  every stored byte of a vector (scales, norms) * 8 / d
  *   cosine          mean cos(x, x̂)
  *   rel_mse         mean |x - x̂|^2 / |x|^2 (null for key-only methods)
+ *   rd_gap_db       10 log10(rel_mse / 2^(-2 bits_per_value)): the gap to the
+ *                   Gaussian rate-distortion bound (rd_bound.h; null without
+ *                   rel_mse or when rel_mse is 0)
  *   ip_rel_err      mean |est - <q,k>| / (|q| |k|) over 16 Gaussian queries per key
  *   ip_bias         sum (est - true) * true / sum true^2 (0: unbiased)
  *   encode/decode_vectors_per_s  one thread, batched calls
@@ -16,6 +19,7 @@
 
 #include "kvq.h"
 #include "vecfile.h"
+#include "rd_bound.h"
 #include "tools.h"
 
 #define NQ 16
@@ -190,8 +194,8 @@ int cmd_codec_bench(int argc, char **argv) {
     size_t nlist = 1;
     if (!strcmp(method, "all")) { list = ALL_METHODS; nlist = sizeof ALL_METHODS / sizeof *ALL_METHODS; }
     if (!json)
-        printf("%-22s %6s %8s %9s %10s %9s %12s %12s\n", "method", "bits", "cosine", "rel_mse", "ip_rel_err", "ip_bias",
-               "enc_vec/s", "dec_vec/s");
+        printf("%-22s %6s %8s %9s %7s %10s %9s %12s %12s\n", "method", "bits", "cosine", "rel_mse", "dB_D(R)",
+               "ip_rel_err", "ip_bias", "enc_vec/s", "dec_vec/s");
     int failures = 0;
     for (size_t m = 0; m < nlist; m++) {
         result r;
@@ -203,22 +207,27 @@ int cmd_codec_bench(int argc, char **argv) {
             failures++;
             continue;
         }
+        double gap = r.has_mse ? tool_rd_gap_db(r.rel_mse, r.bits) : NAN;
+        int has_gap = isfinite(gap);
         if (json) {
             printf("{\"method\":\"%s\",\"dim\":%ld,\"bits_per_value\":%.4f,", list[m], d, r.bits);
             if (r.has_mse) printf("\"cosine\":%.6f,\"rel_mse\":%.6f,", r.cosine, r.rel_mse);
             else printf("\"cosine\":null,\"rel_mse\":null,");
+            if (has_gap) printf("\"rd_gap_db\":%.4f,", gap);
+            else printf("\"rd_gap_db\":null,");
             printf("\"ip_rel_err\":%.6f,\"ip_bias\":%.6f,\"encode_vectors_per_s\":%.0f,", r.ip_rel_err, r.ip_bias, r.enc_rate);
             if (r.has_mse) printf("\"decode_vectors_per_s\":%.0f}\n", r.dec_rate);
             else printf("\"decode_vectors_per_s\":null}\n");
         } else {
-            char cs[16] = "-", ms[16] = "-", ds[16] = "-";
+            char cs[16] = "-", ms[16] = "-", ds[16] = "-", gs[16] = "-";
+            if (has_gap) snprintf(gs, sizeof gs, "%.2f", gap);
             if (r.has_mse) {
                 snprintf(cs, sizeof cs, "%.5f", r.cosine);
                 snprintf(ms, sizeof ms, "%.5f", r.rel_mse);
                 snprintf(ds, sizeof ds, "%.3g", r.dec_rate);
             }
-            printf("%-22s %6.3f %8s %9s %10.5f %9.4f %12.3g %12s\n", list[m], r.bits, cs, ms, r.ip_rel_err, r.ip_bias,
-                   r.enc_rate, ds);
+            printf("%-22s %6.3f %8s %9s %7s %10.5f %9.4f %12.3g %12s\n", list[m], r.bits, cs, ms, gs, r.ip_rel_err,
+                   r.ip_bias, r.enc_rate, ds);
         }
         fflush(stdout);
     }

@@ -20,6 +20,7 @@
  *   q4         [nb x (f16 scale, f16 min) | d/2 nibble bytes]  4nb + d/2
  *   polar:B    [r radii | angle bitstream]   r = d >> L        r*sb + ceil((B*d/2 + (B-2)*(d/2 - r)) / 8)
  *              (L = kvq_polar_levels(d) levels; m_polar.c)
+ *   tcq:b      [scale | d*b/8 bytes of a circular bitstream]   sb + db/8 (m_tcq.c)
  *   +outliers=K  [inner record | f16 scale | K int8]           inner + 2 + K (kvq_outliers_bytes)
  * sb = 2 (f16 scales) or 4 (+scale32). Signs are an LSB-first bitstream
  * (bit j of byte j/8 is sign(S_j r) >= 0). Strided indices: see
@@ -51,6 +52,7 @@ enum kvq_layout_kind {
     KVQ_LAY_BF16 = 7,
     KVQ_LAY_Q4 = 8,
     KVQ_LAY_POLAR = 9,
+    KVQ_LAY_TCQ = 10,
 };
 #define KVQ_LAY_N_CUDA 6 /* kinds 0 .. KVQ_LAY_N_CUDA - 1 are served by the CUDA backend */
 
@@ -82,6 +84,7 @@ enum {
     KVQ_F32_VALS = 0, KVQ_BF16_VALS = 0,
     KVQ_Q4_BLOCKS = 0, KVQ_Q4_VALS = 1,
     KVQ_POLAR_RADII = 0, KVQ_POLAR_ANGLES = 1,
+    KVQ_TCQ_SCALE = 0, KVQ_TCQ_BITS = 1,
 };
 
 KVQ_LAYOUT_FN int kvq_q8_blocks(int d) { return (d + KVQ_Q8_BLOCK - 1) / KVQ_Q8_BLOCK; }
@@ -141,6 +144,7 @@ KVQ_LAYOUT_FN kvq_layout kvq_layout_make(int kind, int d, int bits, int m, int s
     case KVQ_LAY_F32: sz[0] = 4 * d; n = 1; break;
     case KVQ_LAY_BF16: sz[0] = 2 * d; n = 1; break;
     case KVQ_LAY_Q4: sz[0] = 4 * kvq_q4_blocks(d); sz[1] = d / 2; n = 2; break;
+    case KVQ_LAY_TCQ: sz[0] = sb; sz[1] = d * bits / 8; n = 2; break;
     case KVQ_LAY_POLAR: {
         const int lv = kvq_polar_levels(d), r = lv ? d >> lv : 0;
         if (!lv || bits < 3) return L;

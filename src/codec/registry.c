@@ -5,11 +5,13 @@
 #include "codec_internal.h"
 
 extern const kvq_method kvq_method_f32, kvq_method_f16, kvq_method_bf16, kvq_method_q8, kvq_method_q4,
-    kvq_method_tq_mse, kvq_method_tq_prod, kvq_method_qjl, kvq_method_rvq, kvq_method_polar;
+    kvq_method_tq_mse, kvq_method_tq_prod, kvq_method_qjl, kvq_method_rvq, kvq_method_polar,
+    kvq_method_tcq;
 
 const kvq_method *const kvq_methods[] = {
     &kvq_method_f32,    &kvq_method_f16,     &kvq_method_bf16, &kvq_method_q8,    &kvq_method_q4,
     &kvq_method_tq_mse, &kvq_method_tq_prod, &kvq_method_qjl, &kvq_method_rvq, &kvq_method_polar,
+    &kvq_method_tcq,
 };
 const size_t kvq_n_methods = sizeof kvq_methods / sizeof kvq_methods[0];
 
