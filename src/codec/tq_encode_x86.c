@@ -325,6 +325,11 @@ size_t tq_encode_rows_avx512(const kvq_rotation *rot, const kvq_codebook *cb, in
 }
 
 #else /* not x86: never served */
+int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b, int scale_norm,
+                           const float *x, float *scale, uint8_t *packed) {
+    (void)rot, (void)cb, (void)d, (void)b, (void)scale_norm, (void)x, (void)scale, (void)packed;
+    return 0;
+}
 int tq_encode_fused_ok(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b) {
     (void)rot, (void)cb, (void)d, (void)b;
     return 0;
