@@ -154,8 +154,10 @@ typedef struct kvq_plan kvq_plan;
 
 /*
  * Creates a plan. calib (n_calib rows of dim floats, may be NULL) is used only
- * by methods that learn from data (+outliers: channels of highest variance);
- * such a method with no calibration rows returns KVQ_ERR_NEEDS_CALIBRATION.
+ * by methods that learn from data (+outliers: channels of highest variance;
+ * +center / +chscale: channel means and deviations); such a method with no
+ * calibration rows returns KVQ_ERR_NEEDS_CALIBRATION, with NaN/Inf in them
+ * KVQ_ERR_NONFINITE, with a mean whose norm exceeds 2^100 KVQ_ERR_RANGE.
  */
 KVQ_API int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed,
                     const float *calib, size_t n_calib);
@@ -190,8 +192,11 @@ KVQ_API int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa
  * Encodes n rows (n * dim values of dtype) into n * code_bytes bytes.
  * Returns KVQ_ERR_NONFINITE if any value is NaN/Inf (f32 input: checked for
  * the whole batch before any code is written), KVQ_ERR_RANGE if a scale does
- * not fit its stored format; on error `codes` may be partly written (f16/bf16
- * input, range errors) but the input is never modified.
+ * not fit its stored format (f16 scales: 65504; +scale32: 2^100, the bound
+ * under which every decode stays finite, so a row whose norm exceeds
+ * FLT_MAX is refused) or a value does not (f16 and bf16 methods); on error
+ * `codes` may be partly written (f16/bf16 input, range errors) but the input
+ * is never modified.
  */
 KVQ_API int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes);
 
