@@ -135,7 +135,7 @@ KVQ_API int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
  *   f32 f16 bf16 q8 q4
  *   tq-mse:B   (B = 1..8)       rotation + B-bit Lloyd-Max per coordinate
  *   tq-prod:B  (B = 2..8)       tq-mse:(B-1) + QJL sign sketch of the residual
- *   qjl                         QJL sign sketch of the key (key-only)
+ *   qjl        qjl:M            QJL sign sketch of the key (key-only; M = +m=M)
  *   polar      polar:B          PolarQuant, 4 levels
  *   rvq:B      (B = 1..4)       two-stage residual scalar codebooks (2B bits)
  * Options appended with '+':
@@ -145,6 +145,11 @@ KVQ_API int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
  *   +scale=norm   store the vector norm instead of the least-squares scale
  *   +scale32      store scales/norms as f32 instead of f16
  *   +cb=gauss     Gaussian codebook instead of the exact sphere density
+ *   +center       subtract the calibration rows' per-channel mean first
+ *                 (added back exactly in scores and decode; needs calib)
+ *   +chscale      +center, then scale channel c by (sigma_c / rms sigma)^-1/2
+ *                 (half whitening of the calibration rows; needs calib)
+ * (+outliers with +center or +chscale is refused: KVQ_ERR_INVALID_ARG.)
  */
 typedef struct kvq_plan kvq_plan;
 
