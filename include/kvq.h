@@ -135,7 +135,7 @@ KVQ_API int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
  *   f32 f16 bf16 q8 q4
  *   tq-mse:B   (B = 1..8)       rotation + B-bit Lloyd-Max per coordinate
  *   tq-prod:B  (B = 2..8)       tq-mse:(B-1) + QJL sign sketch of the residual
- *   qjl                         QJL sign sketch of the key (key-only)
+ *   qjl        qjl:M            QJL sign sketch of the key (key-only; M = +m=M)
  *   polar      polar:B          PolarQuant, 4 levels
  *   rvq:B      (B = 1..4)       two-stage residual scalar codebooks (2B bits)
  * Options appended with '+':
@@ -145,6 +145,11 @@ KVQ_API int kvq_pool_run(kvq_pool *pool, kvq_task_fn fn, void *arg, int ntasks);
  *   +scale=norm   store the vector norm instead of the least-squares scale
  *   +scale32      store scales/norms as f32 instead of f16
  *   +cb=gauss     Gaussian codebook instead of the exact sphere density
+ *   +center       subtract the calibration rows' per-channel mean first
+ *                 (added back exactly in scores and decode; needs calib)
+ *   +chscale      +center, then scale channel c by (sigma_c / rms sigma)^-1/2
+ *                 (half whitening of the calibration rows; needs calib)
+ * (+outliers with +center or +chscale is refused: KVQ_ERR_INVALID_ARG.)
  */
 typedef struct kvq_plan kvq_plan;
 
@@ -154,8 +159,10 @@ typedef struct kvq_plan kvq_plan;
 
 /*
  * Creates a plan. calib (n_calib rows of dim floats, may be NULL) is used only
- * by methods that learn from data (+outliers: channels of highest variance);
- * such a method with no calibration rows returns KVQ_ERR_NEEDS_CALIBRATION.
+ * by methods that learn from data (+outliers: channels of highest variance;
+ * +center / +chscale: channel means and deviations); such a method with no
+ * calibration rows returns KVQ_ERR_NEEDS_CALIBRATION, with NaN/Inf in them
+ * KVQ_ERR_NONFINITE, with a mean whose norm exceeds 2^100 KVQ_ERR_RANGE.
  */
 KVQ_API int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed,
                     const float *calib, size_t n_calib);
@@ -190,8 +197,11 @@ KVQ_API int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa
  * Encodes n rows (n * dim values of dtype) into n * code_bytes bytes.
  * Returns KVQ_ERR_NONFINITE if any value is NaN/Inf (f32 input: checked for
  * the whole batch before any code is written), KVQ_ERR_RANGE if a scale does
- * not fit its stored format; on error `codes` may be partly written (f16/bf16
- * input, range errors) but the input is never modified.
+ * not fit its stored format (f16 scales: 65504; +scale32: 2^100, the bound
+ * under which every decode stays finite, so a row whose norm exceeds
+ * FLT_MAX is refused) or a value does not (f16 and bf16 methods); on error
+ * `codes` may be partly written (f16/bf16 input, range errors) but the input
+ * is never modified.
  */
 KVQ_API int kvq_encode(const kvq_plan *plan, const void *x, kvq_dtype dtype, size_t n, void *codes);
 

@@ -213,7 +213,7 @@ void spec_canonical(kvq_plan *p);
  * code_bytes from it; KVQ_ERR_UNSUPPORTED_DIM if the layout has no bytes. */
 int plan_layout(kvq_plan *p, int kind, int bits, int m);
 /* Stores a positive scale in 2 bytes (f16) or 4 (f32) at dst; KVQ_ERR_RANGE
- * if it does not fit f16. */
+ * beyond its range (KVQ_SCALE16_MAX, KVQ_SCALE32_MAX: layouts.h) or NaN. */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s);
 /* A wrapper's kernels around p->inner: decode and accumulate only when the
  * inner plan decodes (can_decode is the inner plan's). */

@@ -61,6 +61,22 @@ enum kvq_layout_kind {
 #define KVQ_Q4_BLOCK 32
 #define KVQ_POLAR_MAX_LEVELS 4
 
+/*
+ * Range of a stored scale (tq scale, residual or key norm, polar radius):
+ * f16 scales to 65504, f32 scales (+scale32) to 2^100; beyond is
+ * KVQ_ERR_RANGE (CPU and CUDA encoders alike). The f32 bound is what keeps
+ * every decode in the float range: a decoded coordinate is at most
+ * sqrt(d) |s| in the rotated domain (a centroid of sqrt(d) y/|y| is below
+ * sqrt(d)), the inverse Hadamard's unnormalised butterflies grow values up
+ * to d times before they are scaled back, rvq adds two stages, +chscale
+ * divides by up to d^(1/4) and +center adds a mean held to the same bound:
+ * below 2^118 at d = 512, against FLT_MAX ~ 2^128. A row whose norm
+ * exceeds FLT_MAX (say 64 values of 3e38) gets a scale of ~|x| / sqrt(d)
+ * that no float decode could reproduce; it is refused, not stored.
+ */
+#define KVQ_SCALE16_MAX 65504.0f
+#define KVQ_SCALE32_MAX 1.2676506e30f /* 2^100 exactly */
+
 typedef struct kvq_layout {
     int kind;
     int d;      /* head dim */

@@ -1,14 +1,39 @@
 /*
- * Lloyd-Max scalar quantizers (Lloyd 1957/1982, Max 1960) for three densities:
+ * Lloyd-Max scalar quantizers: the n = 2^b levels minimising the mean
+ * squared error for a known density (S. P. Lloyd, "Least squares
+ * quantization in PCM", Bell Labs 1957, IEEE Trans. Inf. Theory 28(2),
+ * 1982; J. Max, "Quantizing for minimum distortion", IRE Trans. Inf. Theory
+ * 6(1), 1960). Densities:
  *   DENS_GAUSS   standard normal;
  *   DENS_LAPLACE Laplacian of unit variance (scale 1/sqrt(2));
  *   DENS_SPHERE  X = sqrt(d) * t where t is one coordinate of a uniform point
  *                on S^{d-1}: f(t) ∝ (1 - t^2)^((d-3)/2) on [-1, 1].
- * Iteration: t_i = (c_i + c_{i+1}) / 2, c_i = E[X | t_{i-1} < X <= t_i], until
- * no centroid moves by more than 1e-10. Gaussian and Laplacian conditional
- * means are closed-form; the sphere density is integrated on a fine grid
- * (cumulative mass and first moment, linear interpolation inside a cell).
- * All densities are symmetric, so the solve keeps the codebook symmetric.
+ * All three are symmetric: only the positive half is solved, and the
+ * codebook is mirrored. The optimum satisfies Lloyd's conditions
+ * t_i = (c_i + c_{i+1}) / 2 and c_i = E[X | t_{i-1} < X <= t_i]; the solve
+ * (lloyd_max_solve) reaches it in three stages:
+ *  1. start at the high-resolution optimum of Panter and Dite (P. F. Panter,
+ *     W. Dite, "Quantization distortion in pulse-count modulation with
+ *     nonuniform spacing of levels", Proc. IRE 39(1), 1951): point density
+ *     ∝ f^(1/3), centroids at equal quantiles of f^(1/3) (panter_dite_init);
+ *  2. 30 sweeps of Lloyd's map, over-relaxed: c_i += w (E[X | cell i] - c_i)
+ *     in Gauss-Seidel order with w = 1.9 from 8 levels per half (w = 1
+ *     below, and again whenever a step breaks the order of the centroids);
+ *  3. Newton's method on the fixed-point system m_i(c) - c_i = 0, whose
+ *     Jacobian is tridiagonal (dm/db = f(b)(b - m)/M, dm/da = f(a)(m - a)/M
+ *     for a cell (a, b] of mass M; Thomas algorithm), each step halved until
+ *     the centroids stay ordered, until the step is below 1e-11
+ *     (newton_refine). Should Newton fail, stage 2 goes on until no
+ *     centroid moves by more than 1e-10.
+ * Conditional means: closed forms for the Gaussian and the Laplacian (tails
+ * from the upper-tail forms, erfc and exp(-a), without cancellation); for
+ * the sphere density, tables of the cumulative mass and first moment over
+ * 32768 cells of [0, sqrt(d)] (Simpson per cell, linear interpolation
+ * inside one). The codebook's MSE comes from the second moments (closed
+ * form, or Simpson for the sphere).
+ * Also here: cb_snap_int8 (codebooks of <= 16 levels put on an int8 grid,
+ * for the integer scores of tq_kernels.h) and cb_prepare_guess (the
+ * guess-and-correct table of the SIMD nearest-centroid search).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -36,8 +36,12 @@
 static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
     const float *a = p->mu + 2 * p->d;
     float xc[KVQ_DIM_MAX];
-    for (int c = 0; c < p->d; c++) xc[c] = (x[c] - p->mu[c]) * a[c];
-    return p->inner->encode(p->inner, xc, code);
+    int bad = 0;
+    for (int c = 0; c < p->d; c++) {
+        xc[c] = (x[c] - p->mu[c]) * a[c];
+        bad |= !isfinite(xc[c]); /* beyond float once centred and scaled: no method stores it */
+    }
+    return bad ? KVQ_ERR_RANGE : p->inner->encode(p->inner, xc, code);
 }
 
 static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
@@ -95,6 +99,10 @@ static int fit(kvq_plan *p, const float *calib, size_t n_calib) {
     double mean[KVQ_DIM_MAX], var[KVQ_DIM_MAX], tot = 0;
     int rc = calib_moments(calib, n_calib, d, mean, var);
     if (rc) return rc;
+    double mm = 0;
+    for (int c = 0; c < d; c++) mm += mean[c] * mean[c];
+    /* the mean is rotated and added back in float, like an f32 scale (layouts.h) */
+    if (!(sqrt(mm) <= KVQ_SCALE32_MAX)) return KVQ_ERR_RANGE;
     for (int c = 0; c < d; c++) {
         p->mu[c] = (float)mean[c];
         tot += var[c];

@@ -18,9 +18,8 @@ int plan_layout(kvq_plan *p, int kind, int bits, int m) {
 
 /* ---- scales --------------------------------------------------------------- */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s) {
-    if (!isfinite(s)) return KVQ_ERR_RANGE;
+    if (!(fabsf(s) <= (p->o.scale32 ? KVQ_SCALE32_MAX : KVQ_SCALE16_MAX))) return KVQ_ERR_RANGE; /* NaN too */
     if (p->o.scale32) { memcpy(dst, &s, 4); return KVQ_OK; }
-    if (fabsf(s) > 65504.0f) return KVQ_ERR_RANGE;
     uint16_t h = kvq_f32_to_f16(s);
     memcpy(dst, &h, 2);
     return KVQ_OK;

@@ -1,8 +1,10 @@
 /*
- * PolarQuant internals shared by the method (m_polar.c: transform,
- * reference kernels, plan set-up) and its x86 kernels (polar_kernels_x86.c:
- * AVX2; polar_fast_x86.c: AVX-512 VBMI / VNNI). The maths is described at
- * the top of m_polar.c.
+ * PolarQuant internals shared by the method (m_polar.c: plan set-up, tables,
+ * the choice of kernels), its scalar references (polar_ref.c: transform,
+ * encoder, decode, scores) and its x86 kernels (polar_kernels_x86.c: AVX2;
+ * polar_fast_x86.c: AVX-512 VBMI / VNNI), which call the references and
+ * nothing else of the family. The maths is described at the top of
+ * m_polar.c.
  */
 #ifndef KVQ_POLAR_H
 #define KVQ_POLAR_H
@@ -40,7 +42,7 @@ typedef struct {
     struct polar_fast *fast; /* AVX-512 VBMI score / accumulate tables, or NULL */
 } polar_priv;
 
-/* The angle cells of the encoder (m_polar.c, "Quantization of the angles"),
+/* The angle cells of the encoder (polar_ref.c, "Quantization of the angles"),
  * in float, the same operations for the scalar and the SIMD tails.
  * Level 1: (a, b) turned into the first quadrant (swaps and negations), then
  * the boundaries 2πj/n1 below it counted: floor(θ·n1/2π) without atan2. */
@@ -63,17 +65,23 @@ static inline int polar_cell(const polar_priv *P, int l, float a, float b) {
 }
 static inline float polar_radius(float a, float b) { return sqrtf(a * a + b * b); }
 
-/* Prepared rows of the 8-bit scores (P->i8): [q~: d floats][c, 15 zeros][T8: 8d bytes] (m_polar.c). */
+/* Prepared rows of the 8-bit scores (P->i8): [q~: d floats][c, 15 zeros][T8: 8d bytes] (polar_ref.c). */
 #define POLAR_I8_QF(d) (3 * (size_t)(d) + 16)
 
-/* Radii (exact or least-squares) and the angle bitstream of one record from
- * the rotated row y, its angle indices and final radii (m_polar.c). */
-int polar_finish(const kvq_plan *p, const float *y, const uint8_t *idx, const float *rfin, uint8_t *code);
-/* The 8-bit score reference (m_polar.c). */
+/* The scalar references (polar_ref.c), the kernels of a plan without SIMD. */
+int polar_encode_ref(const kvq_plan *p, const float *x, uint8_t *code);
+void polar_decode_ref(const kvq_plan *p, const uint8_t *code, float *y);
+void polar_score_ref(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
+void polar_accum_ref(const kvq_plan *p, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+/* Prepared row of the 8-bit scores (P->i8, POLAR_I8_QF(d) floats) and the 8-bit score reference. */
+void polar_prep_i8_ref(const kvq_plan *p, const float *q, float *qp);
 void polar_score_i8(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores);
+/* Radii (exact or least-squares) and the angle bitstream of one record from
+ * the rotated row y, its angle indices and final radii. */
+int polar_finish(const kvq_plan *p, const float *y, const uint8_t *idx, const float *rfin, uint8_t *code);
 
 #if KVQ_X86
-/* Sets the AVX2 kernels (isa >= AVX2), then the AVX-512 ones where they apply (polar_kernels_x86.c). */
+/* Sets the AVX2 kernels (isa >= AVX2; polar_kernels_x86.c). */
 void polar_select_x86(kvq_plan *p);
 /* AVX-512 VBMI plans (p->vnni, 4 levels, B <= 6): builds P->fast and sets
  * the kernels it serves; nothing if the tables do not apply (polar_fast_x86.c). */

@@ -1,7 +1,8 @@
 /*
  * PolarQuant's AVX-512 VBMI (and VNNI) kernels: scores and accumulate with
  * the levels expanded in registers, the 8-bit scores with lanes = records
- * (m_polar.c: the method and the references; polar_kernels_x86.c: AVX2).
+ * (m_polar.c: the method; polar_ref.c: the references; polar_kernels_x86.c:
+ * AVX2).
  */
 #include <stdlib.h>
 #include <string.h>

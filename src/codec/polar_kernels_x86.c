@@ -1,10 +1,10 @@
 /*
- * PolarQuant's AVX2 kernels (m_polar.c: the method, the maths and the
- * scalar references they match): encode (the same float operations as
- * quantize_scalar, so the same bytes), decode (bit-identical), float scores
- * and accumulate (FMA: a few ulps from the references), 8-bit query tables
- * and scores (the same integers as polar_score_i8). AVX-512 VBMI plans:
- * polar_fast_x86.c.
+ * PolarQuant's AVX2 kernels (m_polar.c: the method and the maths;
+ * polar_ref.c: the scalar references they match): encode (the same float
+ * operations as quantize_scalar, so the same bytes), decode
+ * (bit-identical), float scores and accumulate (FMA: a few ulps from the
+ * references), 8-bit query tables and scores (the same integers as
+ * polar_score_i8). AVX-512 VBMI plans: polar_fast_x86.c.
  */
 #include <string.h>
 
@@ -12,7 +12,7 @@
 #include "simd_util.h"
 
 #if KVQ_X86
-/* prep_i8 with AVX2: the same float operations (mul, mul, add; max of |T|,
+/* polar_prep_i8_ref with AVX2: the same float operations (mul, mul, add; max of |T|,
  * NaN ignored as fmaxf; clamp, then cvtps2dq's round-to-nearest-even), so
  * the same bytes. */
 KVQ_TARGET_AVX2 static void prep_i8_avx2(const kvq_plan *p, const float *q, float *qp) {
@@ -329,6 +329,5 @@ void polar_select_x86(kvq_plan *p) {
         else p->score = score_avx2;
         p->accum = accum_avx2;
     }
-    if (p->isa >= KVQ_ISA_AVX512 && p->vnni) polar_select_avx512(p);
 }
 #endif

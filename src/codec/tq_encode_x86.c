@@ -261,12 +261,12 @@ KVQ_TARGET_AVX512 int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_
 }
 
 /* Stores the scales of rows j < nv (lanes of s) at rec + j * stride; returns
- * the rows whose scale does not fit (|s| > 65504 in f16, or not finite). */
+ * the rows whose scale does not fit (|s| beyond KVQ_SCALE16_MAX in f16 or
+ * KVQ_SCALE32_MAX in f32, or NaN), as scale_store. */
 KVQ_TARGET_AVX512 static inline AI unsigned store_scales(__m128 s, int nv, int scale32, uint8_t *rec, size_t stride) {
-    const __m128 lim = _mm_set1_ps(scale32 ? INFINITY : 65504.0f);
+    const __m128 lim = _mm_set1_ps(scale32 ? KVQ_SCALE32_MAX : KVQ_SCALE16_MAX);
     const __m128 a = _mm_and_ps(s, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
-    /* two calls, not a conditional predicate: the predicate must be an immediate at -O0 too */
-    const __mmask8 ok = scale32 ? _mm_cmp_ps_mask(a, lim, _CMP_LT_OQ) : _mm_cmp_ps_mask(a, lim, _CMP_LE_OQ);
+    const __mmask8 ok = _mm_cmp_ps_mask(a, lim, _CMP_LE_OQ); /* ordered: NaN fails */
     unsigned bad = ~(unsigned)ok & ((1u << nv) - 1);
     if (scale32) {
         float f[4];
@@ -325,6 +325,11 @@ size_t tq_encode_rows_avx512(const kvq_rotation *rot, const kvq_codebook *cb, in
 }
 
 #else /* not x86: never served */
+int tq_encode_fused_avx512(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b, int scale_norm,
+                           const float *x, float *scale, uint8_t *packed) {
+    (void)rot, (void)cb, (void)d, (void)b, (void)scale_norm, (void)x, (void)scale, (void)packed;
+    return 0;
+}
 int tq_encode_fused_ok(const kvq_rotation *rot, const kvq_codebook *cb, int d, int b) {
     (void)rot, (void)cb, (void)d, (void)b;
     return 0;

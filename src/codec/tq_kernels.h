@@ -11,7 +11,15 @@
  * < 2^24, exact in float too), so they agree bit for bit. The query
  * rounding costs ~6e-4 |q||k| of inner-product error at d = 128, against
  * 6.7e-3 for the 4-bit codebook itself.
- * Scalar references (tq_kernels.c) and x86 versions (tq_kernels_x86.c).
+ * Files, each calling only those below it (tests/check_codec_calls.sh):
+ *   tq_dispatch.c     tq_quantize, tq_score, tq_accum, tq_decode and
+ *                     tq_prepare_query: the kernel for the ISA and layout;
+ *   tq_kernels_x86.c  AVX2 and AVX-512 kernels (float scores and
+ *                     accumulate, quantize, decode, the 8-bit query, the
+ *                     per-record VNNI scores);
+ *   tq_vnni_x86.c     integer accumulate and 16-record scores (AVX-512 VNNI);
+ *   tq_kernels.c      the scalar references (*_ref), which the x86 kernels
+ *                     call for the layouts and tails they do not serve.
  */
 #ifndef KVQ_TQ_KERNELS_H
 #define KVQ_TQ_KERNELS_H
@@ -43,6 +51,9 @@ typedef struct tq_layout {
  */
 #define TQ_QFLOATS(d) (2 * (size_t)(d) + 2 + (size_t)(d) / 4)
 void tq_prepare_query(const kvq_rotation *rot, int d, const float *q, float *qp);
+/* The 8-bit part of a prepared query from q~ in qp[0, d): [d, ...) filled. */
+void tq_query8_ref(int d, float *qp);
+void tq_query8_avx2(int d, float *qp);
 
 
 static inline float tq_scale(const tq_layout *L, const uint8_t *rec) {
@@ -72,6 +83,7 @@ void tq_accum_avx512(const tq_layout *L, const float *w, size_t nq, const uint8_
 void tq_accum_avx2(const tq_layout *L, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
 /* y_c = scale * cent[idx_c] */
 void tq_decode(const tq_layout *L, const uint8_t *rec, float *y, kvq_isa isa);
+void tq_decode_ref(const tq_layout *L, const uint8_t *rec, float *y);
 
 /* Fused rotate+quantize+pack for Hadamard rotations (returns 0 if it does
  * not serve this layout; the caller then rotates and calls tq_quantize). */

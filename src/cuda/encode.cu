@@ -148,14 +148,14 @@ __device__ __forceinline__ void enc_flush(const EncParams &P, long long v, const
     }
 }
 
-/* f32 -> f16 with the CPU's range rule for scales: non-finite or |s| > 65504 fails. */
+/* A scale stored as f32 or f16 with the CPU's range rule (layouts.h): NaN or
+ * |s| beyond KVQ_SCALE32_MAX / KVQ_SCALE16_MAX fails. */
 __device__ __forceinline__ int store_scale(const EncParams &P, uint8_t *dst, float s) {
-    if (!isfinite(s)) return KVQ_ERR_RANGE;
+    if (!(fabsf(s) <= (P.sb == 4 ? KVQ_SCALE32_MAX : KVQ_SCALE16_MAX))) return KVQ_ERR_RANGE;
     if (P.sb == 4) {
         memcpy(dst, &s, 4);
         return KVQ_OK;
     }
-    if (fabsf(s) > 65504.0f) return KVQ_ERR_RANGE;
     /* One 16-bit store (every scale field sits at an even offset). Extracting the
      * low byte of the f16 bits instead -- (uint8_t)(bits & 0xff), or a memcpy to
      * an address of unknown alignment -- is compiled by nvcc 13.0 for sm_90 into
