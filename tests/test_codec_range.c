@@ -16,6 +16,10 @@
  *    status;
  *  - +scale32 still takes the rows it can store: norm 1e30 at d = 128
  *    (polar 1e18) encodes and decodes with its usual error.
+ * And at the low end, found by the same fuzzer: a q4 block whose spread is
+ * below f16's resolution ((max - min) / 15 < 2^-25) stored scale 0 and
+ * decoded every value as the rounded min (zeros beside one -1e-7: error
+ * 6.6e-7 for a row of norm 1e-7); such blocks keep the smallest f16 step.
  */
 #include <float.h>
 #include <math.h>
@@ -160,6 +164,23 @@ int main(void) {
             const double e = tu_rel_l2(y, x, NROW * 128);
             CHECK(e < 0.3, "%s: rows of norm 1e30 decode with relative error %g", keep[s], e);
         }
+        kvq_plan_free(p);
+    }
+    /* q4 blocks of tiny spread (tests/fuzz/regress/codec/q4-scale-below-f16) */
+    for (int k = 0; k < 3; k++) {
+        const float tiny[3] = {-1e-7f, 2e-8f, -3e-9f};
+        for (int c = 0; c < 96; c++) x[c] = c % 32 == 5 ? tiny[k] * (1 + c / 32) : 0.0f;
+        kvq_plan *p;
+        CHECK_OK(kvq_plan_create(&p, "q4", 96, 9, NULL, 0));
+        uint8_t codes[256];
+        float y[96];
+        CHECK_OK(kvq_encode(p, x, KVQ_DTYPE_F32, 1, codes));
+        CHECK_OK(kvq_decode(p, codes, 1, y));
+        double e = 0, nx = 0;
+        for (int c = 0; c < 96; c++) e += ((double)y[c] - x[c]) * ((double)y[c] - x[c]), nx += (double)x[c] * x[c];
+        /* no worse than decoding zeros (the fuzzer allows 1.5 |x|; before, 6.6e-7 for a -1e-7 per block) */
+        CHECK(sqrt(e) <= 1.000001 * sqrt(nx), "q4, one %g per block and zeros: error %g for norm %g", tiny[k],
+              sqrt(e), sqrt(nx));
         kvq_plan_free(p);
     }
     return tu_finish("test_codec_range");

@@ -35,6 +35,9 @@ static int enc(const kvq_plan *p, const float *x, uint8_t *code) {
         float s = (mx - mn) / 15.0f;
         if (s > 65504.0f || fabsf(mn) > 65504.0f) return KVQ_ERR_RANGE;
         uint16_t hs = kvq_f32_to_f16(s), hm = kvq_f32_to_f16(mn);
+        /* a spread below f16's resolution (s < 2^-25) would store scale 0 and decode the whole
+         * block as the rounded min (zeros beside a -1e-7 as -1.2e-7): keep the smallest step */
+        if (hs == 0 && s > 0) hs = 1; /* 2^-24 */
         memcpy(code + 4 * b, &hs, 2);
         memcpy(code + 4 * b + 2, &hm, 2);
         float fs = kvq_f16_to_f32(hs), fm = kvq_f16_to_f32(hm);
