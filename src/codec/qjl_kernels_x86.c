@@ -75,7 +75,7 @@ KVQ_TARGET_AVX512 static void qjl_scores_avx512(const qjl_layout *L, const float
     }
 }
 
-/* Lanes = 16 records (n >= 16, m % 64 == 0, m <= 256): the records' sign
+/* Lanes = 16 records (m % 64 == 0, m <= 256; a tail of n % 16 is masked): the records' sign
  * dwords are transposed by unpacks (lane 4i + q = record 4q + i); each
  * nibble (4 signs) of 16 records is an index into a per-call table of the 16
  * partial sums of those 4 sq_j, so one vpermps and one add per query add 4
@@ -217,7 +217,9 @@ KVQ_TARGET_AVX2 static void qjl_scores_avx2(const qjl_layout *L, const float *qp
 void qjl_scores(const qjl_layout *L, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                 float *scores, kvq_isa isa) {
 #if KVQ_X86
-    if (isa >= KVQ_ISA_AVX512 && L->m % 64 == 0 && L->m <= 256 && n >= 16) {
+    /* any n, tails included (qjl_tok_pass masks them): choosing the kernel by n made a
+     * token's score depend on how many keys shared its call (decode vs prefill tiles) */
+    if (isa >= KVQ_ISA_AVX512 && L->m % 64 == 0 && L->m <= 256) {
         qjl_scores_tok512(L, qp, qstride, nq, codes, n, scores);
         return;
     }
