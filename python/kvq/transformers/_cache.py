@@ -17,9 +17,8 @@ from transformers.cache_utils import Cache as _HFCache
 from transformers.cache_utils import CacheLayerMixin
 
 from ..cache import Policy, PolicyLike, as_policy
+from ._attention import ATTN_IMPLEMENTATION, register
 from ._store import LayerSpec, LayerStore
-
-ATTN_IMPLEMENTATION = "kvq"
 
 
 def _text_config(config: Any) -> Any:
@@ -177,7 +176,6 @@ class Cache(_HFCache):
         self._specs: Optional[List[LayerSpec]] = None
         if hasattr(model, "set_attn_implementation") and getattr(config, "_attn_implementation", None) != \
                 ATTN_IMPLEMENTATION:
-            from ._attention import register
             register()
             model.set_attn_implementation(ATTN_IMPLEMENTATION)
         layers = [KvqLayer(self, i, w) for i, w in enumerate(self.geometry["windows"])]
