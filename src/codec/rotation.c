@@ -101,29 +101,36 @@ static void fwht(const kvq_rotation *r, float *x) {
 
 static int is_pow2(int d) { return d > 0 && (d & (d - 1)) == 0; }
 
-/* Haar-random orthogonal matrix by MGS QR of a Gaussian matrix (double). */
+/* Haar-random orthogonal matrix by MGS QR of a Gaussian matrix (double).
+ * The work array holds the matrix column by column (a[j*d + i] is row i,
+ * column j) so that every inner loop runs over contiguous memory: O(d^3)
+ * either way, but ~10x faster than striding rows at d ~ 500. */
 static int haar_matrix(float *out, int d, uint64_t seed) {
     double *a = malloc((size_t)d * d * sizeof *a);
     if (!a) return KVQ_ERR_NOMEM;
     kvq_rng rng;
     kvq_rng_seed(&rng, seed);
-    for (size_t i = 0; i < (size_t)d * d; i++) a[i] = kvq_rng_gauss(&rng);
-    /* columns of a (stored row-major: a[i*d + j] is row i, column j) */
+    /* the Gaussian draws fill the matrix row by row, as they always have */
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) a[(size_t)j * d + i] = kvq_rng_gauss(&rng);
     for (int j = 0; j < d; j++) {
+        double *cj = a + (size_t)j * d;
         for (int pass = 0; pass < 2; pass++) /* re-orthogonalise for accuracy */
             for (int k = 0; k < j; k++) {
+                const double *ck = a + (size_t)k * d;
                 double dot = 0;
-                for (int i = 0; i < d; i++) dot += a[(size_t)i * d + k] * a[(size_t)i * d + j];
-                for (int i = 0; i < d; i++) a[(size_t)i * d + j] -= dot * a[(size_t)i * d + k];
+                for (int i = 0; i < d; i++) dot += ck[i] * cj[i];
+                for (int i = 0; i < d; i++) cj[i] -= dot * ck[i];
             }
         double nrm = 0;
-        for (int i = 0; i < d; i++) nrm += a[(size_t)i * d + j] * a[(size_t)i * d + j];
+        for (int i = 0; i < d; i++) nrm += cj[i] * cj[i];
         nrm = sqrt(nrm);
         /* the sign fix: R_jj = nrm > 0 already, since MGS keeps the original
          * column's direction; dividing by +nrm gives the Haar measure. */
-        for (int i = 0; i < d; i++) a[(size_t)i * d + j] /= nrm;
+        for (int i = 0; i < d; i++) cj[i] /= nrm;
     }
-    for (size_t i = 0; i < (size_t)d * d; i++) out[i] = (float)a[i];
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) out[(size_t)i * d + j] = (float)a[(size_t)j * d + i];
     free(a);
     return KVQ_OK;
 }

@@ -9,7 +9,7 @@
 # First the regression inputs of tests/fuzz/regress/<target>/ (inputs that
 # crashed once) run once each, then the fuzzer runs for SECONDS from the seed
 # corpus (tests/fuzz/make_corpus.py, generated into BUILD_DIR/fuzz-corpus) and
-# what it adds. Any crash, leak, sanitizer report, timeout (10 s an input) or
+# what it adds. Any crash, leak, sanitizer report, timeout (25 s an input, as OSS-Fuzz) or
 # out-of-memory (2 GiB) fails the script; the input is saved under
 # BUILD_DIR/fuzz-artifacts/<target>/. A summary line per target gives the
 # executions and libFuzzer's final cov / ft figures.
@@ -50,7 +50,7 @@ for t in "${TARGETS[@]}"; do
     log="$ART/$t/last.log"
     start=$(date +%s)
     set +e
-    "$exe" "${dict[@]}" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len=131072 \
+    "$exe" "${dict[@]}" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=2048 -max_len=131072 \
         -print_final_stats=1 -artifact_prefix="$ART/$t/" "$CORPUS/$t" >"$log" 2>&1
     rc=$?
     set -e
