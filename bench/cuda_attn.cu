@@ -235,8 +235,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     int nonfinite = 0;
     for (float v : o) nonfinite += !isfinite(v);
     const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
-    printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s)\n", pol.name, B, ctx,
-           D, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, nonfinite ? ", NON-FINITE OUTPUT" : "");
+    printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s)\n", pol.name, D, B,
+           ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, nonfinite ? ", NON-FINITE OUTPUT" : "");
     fflush(stdout);
     if (g_json)
         fprintf(g_json,

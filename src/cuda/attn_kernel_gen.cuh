@@ -28,16 +28,22 @@
 
 namespace kvqa {
 
-/* A scale of sb bytes (2: f16, 4: f32) at any byte address. */
-__device__ __forceinline__ float gen_scale(const uint8_t *f, int sb) {
-    if (sb == 4) return __uint_as_float((uint32_t)f[0] | (uint32_t)f[1] << 8 | (uint32_t)f[2] << 16 | (uint32_t)f[3] << 24);
+/* A scale of sb bytes (2: f16, 4: f32) at any byte address (host-callable: test_cuda checks the
+ * decoders below on the host against the CPU codec). */
+KVQ_HD float gen_scale(const uint8_t *f, int sb) {
+    if (sb == 4) {
+        const uint32_t u = (uint32_t)f[0] | (uint32_t)f[1] << 8 | (uint32_t)f[2] << 16 | (uint32_t)f[3] << 24;
+        float x;
+        memcpy(&x, &u, 4);
+        return x;
+    }
     return __half2float(__ushort_as_half((unsigned short)(f[0] | f[1] << 8)));
 }
 
 /* Index of coordinate c of a b-bit strided field of head dim D (layouts.h, kvq_strided_width). */
-template <int D> __device__ __forceinline__ int gen_index(const uint8_t *f, int b, int c) {
+template <int D> KVQ_HD int gen_index(const uint8_t *f, int b, int c) {
     int v = 0, shift = 0;
-#pragma unroll
+KVQ_UNROLL
     for (int k = 0; k < 3; k++) {
         const int w = kvq_strided_width(b, k);
         if (!w) break;
@@ -55,8 +61,8 @@ template <int D> __device__ __forceinline__ int gen_index(const uint8_t *f, int 
  * rotated-domain value of coordinate j). The record's field f lies at run + off[f] * P + slot *
  * size[f] (field-major page; a window row: P = slot = 0). c1, c2: F's codebooks (shared). */
 template <int D>
-__device__ __forceinline__ float gen_value(const GenFmt &F, const uint8_t *run, int P, int slot, int j, float kconst,
-                                           const float *c1, const float *c2) {
+KVQ_HD float gen_value(const GenFmt &F, const uint8_t *run, int P, int slot, int j, float kconst, const float *c1,
+                       const float *c2) {
 #define KVQ_GEN_FLD(f) (run + (uint32_t)(F.off[f] * P + slot * F.size[f]))
     switch (F.kind) {
     case KVQ_LAY_F16: {

@@ -31,6 +31,7 @@
 
 #include <vector>
 
+#include "attn_kernel_gen.cuh"
 #include "attn_traits.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
@@ -303,6 +304,95 @@ template <class VF> static void host_check_v(const char *spec) {
     kvq_plan_free(h.p);
 }
 
+/* In-place unnormalised Walsh-Hadamard transform in double. */
+static void fwht_d(std::vector<double> &x) {
+    const int n = (int)x.size();
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                const double a = x[j], b = x[j + h];
+                x[j] = a + b, x[j + h] = a - b;
+            }
+}
+
+/* The generic kernel's decoder (gen_value, attn_kernel_gen.cuh) on the host, on CPU records laid out
+ * in a field-major page of 16 slots: for V methods its values rotated back (double) equal kvq_decode;
+ * for tq-prod / qjl keys each value equals the estimator's term computed from the record itself. */
+template <int DD> static int host_check_gen(const char *spec) {
+    kvq_plan *p;
+    if (kvq_plan_create(&p, spec, DD, 21, NULL, 0)) return 0;
+    kvq_plan_tables t;
+    OK(kvq_plan_export(p, &t));
+    const kvq_layout L = kvq_layout_make(t.kind, DD, t.bits, t.m, t.scale_bytes);
+    GenFmt F;
+    memset(&F, 0, sizeof F);
+    F.kind = t.kind, F.bits = t.bits, F.sb = t.scale_bytes, F.m = t.m;
+    for (int f = 0; f < 4; f++) F.off[f] = L.off[f], F.size[f] = L.size[f];
+    F.len = t.kind == KVQ_LAY_QJL ? t.m : t.kind == KVQ_LAY_TQPROD ? DD + t.m : DD;
+    const int P = 16, n = 16;
+    Rng r{77};
+    std::vector<float> x((size_t)n * DD);
+    for (auto &v : x) v = (float)(r.gauss() * 3.0);
+    std::vector<uint8_t> rec((size_t)n * L.bytes), page((size_t)n * L.bytes, 0xA5);
+    OK(kvq_encode(p, x.data(), KVQ_DTYPE_F32, n, rec.data()));
+    for (int sl = 0; sl < n; sl++)
+        for (int f = 0; f < L.nfield; f++)
+            memcpy(&page[kvq_layout_page_offset(&L, f, P, sl, 0)], &rec[(size_t)sl * L.bytes + L.off[f]], L.size[f]);
+    const float kconst = t.m ? sqrtf(3.14159265358979323846f / 2) / (float)t.m : 0.f;
+    const float sdd = 1.0f / sqrtf((float)DD);
+    double worst = 0;
+    for (int sl = 0; sl < n; sl++) {
+        const uint8_t *rc = &rec[(size_t)sl * L.bytes];
+        std::vector<double> y(F.len);
+        for (int j = 0; j < F.len; j++) y[j] = gen_value<DD>(F, page.data(), P, sl, j, kconst, t.c1, t.c2);
+        if (t.kind == KVQ_LAY_TQPROD || t.kind == KVQ_LAY_QJL) {
+            const int no = t.kind == KVQ_LAY_QJL ? L.off[0] : L.off[2], so = t.kind == KVQ_LAY_QJL ? L.off[1] : L.off[3];
+            const int j0 = t.kind == KVQ_LAY_QJL ? 0 : DD;
+            const double nr = gen_scale(rc + no, F.sb), g = gen_scale(rc, F.sb);
+            for (int j = 0; j < F.len; j++) {
+                double want;
+                if (j < j0) want = g * t.c1[strided_get(rc + L.off[1], DD, t.bits, j)];
+                else want = kconst * nr * (((rc[so + (j - j0) / 8] >> ((j - j0) % 8)) & 1) ? 1.0 : -1.0);
+                const double e = fabs(y[j] - want) / (fabs(want) + 1e-30);
+                if (e > worst) worst = e;
+            }
+            continue;
+        }
+        std::vector<double> xr(DD);
+        if (t.rot == 1) { /* rot_apply_inv: x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+            std::vector<double> v(y.begin(), y.end());
+            fwht_d(v);
+            for (int c = 0; c < DD; c++) v[c] *= (double)t.signs[DD + c] * sdd;
+            fwht_d(v);
+            for (int c = 0; c < DD; c++) xr[c] = v[c] * (double)t.signs[c] * sdd;
+        } else if (t.rot == 2) { /* Q^T y */
+            for (int c = 0; c < DD; c++) {
+                double a = 0;
+                for (int i = 0; i < DD; i++) a += (double)t.rot_mat[(size_t)i * DD + c] * y[i];
+                xr[c] = a;
+            }
+        } else {
+            for (int c = 0; c < DD; c++) xr[c] = y[c];
+        }
+        float dec[512];
+        OK(kvq_decode(p, rc, 1, dec));
+        double mx = 0, e = 0;
+        for (int c = 0; c < DD; c++) mx = fmax(mx, fabs(dec[c])), e = fmax(e, fabs(xr[c] - dec[c]));
+        if (e / (mx + 1e-30) > worst) worst = e / (mx + 1e-30);
+    }
+    EXPECT(worst <= 1e-5, "generic decoder %s d=%d: rel err %.3e", spec, DD, worst);
+    kvq_plan_free(p);
+    return 1;
+}
+template <int DD> static void host_check_gen_dim(void) {
+    static const char *specs[] = {"f16", "q8", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:5",
+                                  "tq-mse:8", "tq-mse:3+scale32", "tq-mse:4+norot", "rvq:1", "rvq:2", "rvq:3",
+                                  "rvq:4", "rvq:2+scale32", "tq-prod:3", "tq-prod:4", "qjl", "qjl:64"};
+    int n = 0;
+    for (const char *sp : specs) n += host_check_gen<DD>(sp);
+    EXPECT(n == (int)(sizeof specs / sizeof *specs), "d=%d: %d of the generic decoder's specs made plans", DD, n);
+}
+
 static void host_checks(void) {
     /* swizzles are permutations inside a tile */
     {
@@ -344,6 +434,11 @@ static void host_checks(void) {
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
+    host_check_gen_dim<32>();
+    host_check_gen_dim<64>();
+    host_check_gen_dim<96>();
+    host_check_gen_dim<128>();
+    host_check_gen_dim<256>();
 }
 
 /* ---- part 2: device checks ----------------------------------------------------- */

@@ -68,7 +68,7 @@ def test_encode_errors_go_to_status():
         kt.encode(p, x)  # without a status word: checked at once
 
 
-def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed, d=d):
+def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed, d=128):
     """Pages and rings filled through the operators; float64 reference on the decoded rows."""
     g = torch.Generator().manual_seed(seed)
     kp, vp = kvq.Plan(kspec, d, seed=seed), kvq.Plan(vspec, d, seed=seed)
@@ -134,7 +134,7 @@ def test_attend_vs_float64_on_decoded_cache(kspec, vspec, W):
 
 @pytest.mark.parametrize("kspec,vspec,W,d", [("tq-mse:4", "tq-mse:4", 0, 64), ("tq-mse:3", "tq-mse:3", 16, 96),
                                              ("q8", "tq-mse:2", 8, 256), ("tq-mse:3", "tq-mse:3", 0, 128),
-                                             ("tq-prod:3", "tq-mse:4+scale32", 0, 64)])
+                                             ("rvq:3", "tq-mse:4+scale32", 0, 64)])
 def test_attend_generic_kernel_vs_float64(kspec, vspec, W, d):
     """Head dims 64, 96 (dense rotation), 256 and 3-bit / f32-scale records: the generic kernel (f32)."""
     lens = [1, 300, 0, 2049, 17]
