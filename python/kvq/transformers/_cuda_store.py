@@ -58,9 +58,12 @@ def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
     return _mix64((seed ^ _mix64(tag ^ 0x4B5643414348)) & _MASK64)
 
 
-SERVED = ("head dim 128; K in f16, q8, tq-mse:1/2/4, rvq:1/2/4, tq-prod:2/3/5, qjl; V in f16, q8, tq-mse:1/2/4, "
-          "rvq:1/2/4 (f16 scales; +norot, +scale=norm, +cb=gauss); no calibrated options (+outliers, +center, "
-          "+chscale), no polar, q4, bf16, f32, tq-mse:3 or 5..8; global attention (no sliding window)")
+#: Head dims of the kvq CUDA attention (docs/CUDA.md "What is served"): 128 on the tensor-core kernels
+#: and the generic kernel, the others on the generic kernel.
+HEAD_DIMS = (32, 64, 96, 128, 256)
+SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl; V in f16, q8, "
+          "tq-mse:1..8, rvq:1..4 (f16 or f32 scales; +norot, +scale=norm, +cb=gauss); no calibrated options "
+          "(+outliers, +center, +chscale), no polar, q4, bf16, f32; global attention (no sliding window)")
 
 
 class CudaKernels:
@@ -285,7 +288,7 @@ class CUDAStore(LayerStore):
     def __init__(self, spec: LayerSpec, device: Any, *, page_tokens: int = 256, group: Optional[StoreGroup] = None,
                  kernels: Optional[Any] = None) -> None:
         super().__init__(spec, torch.device(device))
-        if spec.head_dim != 128:
+        if spec.head_dim not in HEAD_DIMS:
             raise UnsupportedError(f"CUDAStore (layer {spec.layer}): head dim {spec.head_dim} is not served by "
                                    f"the kvq CUDA attention kernels; they serve {SERVED}", status=-15,
                                    argument=spec.head_dim)
