@@ -9,10 +9,9 @@
  * (L = TCQ_L = 12): the state after value t is the last L bits of the
  * bitstream, s_t = ((s_{t-1} << k) | b_t) mod 2^L, b_t the k bits stored
  * for value t, and value t is reconstructed as f(s_t), a computed
- * pseudo-Gaussian value of the state (tcq_value, tcq_kernels.c: an LCG step
- * and an integer hash of s, then the sum of the four bytes, an Irwin-Hall(4)
- * variable standardised to mean 0 and variance 1 — QTIP's "1MAD" idea, our
- * own constants). The encoder minimises sum_t (u_t - f(s_t))^2 over the
+ * pseudo-Gaussian value of the state (tcq_value, tcq_kernels.c: QTIP's
+ * "1MAD" code, a multiply-add of s mod 2^32 and the sum of its four bytes,
+ * an Irwin-Hall(4) variable standardised to mean 0 and variance 1). The encoder minimises sum_t (u_t - f(s_t))^2 over the
  * paths by the Viterbi algorithm (Viterbi 1967; Forney 1973):
  *     C_t(s) = min_{j < 2^k} C_{t-1}((s >> k) | (j << (L-k))) + (u_t - f(s))^2,
  * with tagged costs so that every ISA takes the same decisions
@@ -22,9 +21,11 @@
  * constraint (tcq_dispatch.c).
  * The stored scale is the least-squares gamma = <y, f> / <f, f>.
  *
- * Record: [scale f16 | d*k/8 bytes: b_t at bits t*k .. t*k+k-1, LSB-first].
- * k + 16/d bits per value (2.125 at k = 2, d = 128). Decoding a value is a
- * shift, a mask and the hash: no table is needed (the plan keeps the 2^L
+ * Record: [scale f16 | d*k/8 bytes: b_t at bits (d-1-t)*k .. (d-1-t)*k+k-1,
+ * LSB-first: symbols in reverse order, so that s_t is the L-bit window from
+ * bit (d-1-t)*k, read circularly (tcq_kernels.h)]. k + 16/d bits per value
+ * (2.125 at k = 2, d = 128). Decoding a value is a load, a shift, a mask
+ * and the multiply-add and byte sum: no table is needed (the plan keeps the 2^L
  * values as a 16 KB table for speed; tcq_value is the definition).
  * Encode: (d + W) steps of 2^L add-compare-selects (W: tcq_window).
  */
@@ -97,10 +98,9 @@ static int enc_rows(const kvq_plan *p, const float *x, size_t n, uint8_t *codes)
 
 static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
     const tcq_tables *tb = p->priv;
-    uint32_t st[KVQ_DIM_MAX];
     const float g = scale_load(p, code);
-    tcq_states(&tb->tc, code + p->rec.off[KVQ_TCQ_BITS], p->d, st);
-    for (int t = 0; t < p->d; t++) y[t] = g * tb->f[st[t]];
+    tcq_values(&tb->tc, code + p->rec.off[KVQ_TCQ_BITS], p->d, y, p->isa);
+    for (int t = 0; t < p->d; t++) y[t] *= g;
 }
 
 /* scores[j n + i] = gamma_i sum_t qp_jt f(s_it), qp = R q (the inner product
@@ -128,7 +128,7 @@ static int init(kvq_plan *p) {
     if (rc) return rc;
     tcq_tables *tb = malloc(sizeof *tb);
     if (!tb) return KVQ_ERR_NOMEM;
-    for (uint32_t s = 0; s < (1u << TCQ_L); s++) tb->f[s] = (float)tcq_value(s);
+    for (uint32_t s = 0; s < (1u << TCQ_L); s++) tb->f[s] = tcq_value(s);
     tb->tc.L = TCQ_L;
     tb->tc.k = p->bits;
     tb->tc.f = tb->f;

@@ -71,14 +71,28 @@ void tcq_encode_path(const tcq_code *tc, const float *u, int T, void *scratch, u
     for (int i = 0; i < n; i++) st[(T - W + i) % T] = sw[i];
 }
 
+void tcq_values(const tcq_code *tc, const uint8_t *bits, int T, float *v, kvq_isa isa) {
+#if KVQ_X86
+    if (isa >= KVQ_ISA_AVX2) { tcq_values_avx2(tc, bits, T, v); return; }
+#endif
+    (void)isa;
+    tcq_values_ref(tc, bits, T, v);
+}
+
 void tcq_score(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                float *scores, kvq_isa isa) {
+#if KVQ_X86
+    if (isa >= KVQ_ISA_AVX2) { tcq_score_avx2(R, qp, qstride, nq, codes, n, scores); return; }
+#endif
     (void)isa;
     tcq_score_ref(R, qp, qstride, nq, codes, n, scores);
 }
 
 void tcq_accum(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc,
                kvq_isa isa) {
+#if KVQ_X86
+    if (isa >= KVQ_ISA_AVX2) { tcq_accum_avx2(R, w, nq, codes, n, acc); return; }
+#endif
     (void)isa;
     tcq_accum_ref(R, w, nq, codes, n, acc);
 }

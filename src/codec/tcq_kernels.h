@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "cpu.h"
+#include "kvq.h"
 
 /* The trellis of a plan (read-only after creation). */
 typedef struct tcq_code {
@@ -37,8 +38,11 @@ typedef struct tcq_code {
     const float *f; /* f[s] = tcq_value(s), 2^L floats */
 } tcq_code;
 
-/* The computed code (m_tcq.c documents it). */
-double tcq_value(uint32_t s);
+/* The computed code (tcq_kernels.c documents it) and its constants. */
+#define TCQ_MUL 34038481u
+#define TCQ_ADD 76625530u
+#define TCQ_INV_SD 0.006765875034f /* (float)(1 / sqrt(21845)) */
+float tcq_value(uint32_t s);
 
 /* Path cost of a forbidden state: finite, so that sums stay finite. */
 #define TCQ_BIG 1.0e30f
@@ -66,10 +70,24 @@ void tcq_encode_path(const tcq_code *tc, const float *u, int T, void *scratch, u
  * the second pass covers the whole cycle (tcq_dispatch.c). */
 int tcq_window(const tcq_code *tc, int T);
 
-/* ---- records: [scale | T*k bits, symbol t at bits t*k .. t*k+k-1, LSB first] ---- */
-/* States s_0 .. s_{T-1} of a circular bitstream (the decoder's walk). */
+/* ---- records: [scale | T*k bits] --------------------------------------------
+ * Symbol t (the k bits b_t) sits at bits (T-1-t) k .. (T-1-t) k + k - 1 of
+ * the LSB-first stream: symbols in reverse order, so that the state
+ * s_t = b_t | b_{t-1} << k | ... is the L-bit window of the stream from bit
+ * (T-1-t) k, read circularly (the window of s_t for t < ceil(L/k) - 1 runs
+ * past the end into b_{T-1}, b_{T-2}, ...: tail-biting). One unaligned load
+ * and a shift give a state. */
+#define TCQ_BYTES_MAX (KVQ_DIM_MAX * 4 / 8) /* bits of a record at d = KVQ_DIM_MAX, k = 4 */
+/* States s_0 .. s_{T-1} of a record's stream (the decoder's walk). */
 void tcq_states(const tcq_code *tc, const uint8_t *bits, int T, uint32_t *st);
-/* Writes the low k bits of st[t] as symbol t (bits zeroed first). */
+/* buf = the nb bytes of a stream followed by its first 8 bytes again
+ * (cyclically when nb < 8), so that a window may run past the end. */
+void tcq_stream_pad(const uint8_t *bits, size_t nb, uint8_t *buf);
+/* v[t] = f[s_t], the unscaled values of a record's stream. */
+void tcq_values_ref(const tcq_code *tc, const uint8_t *bits, int T, float *v);
+void tcq_values_avx2(const tcq_code *tc, const uint8_t *bits, int T, float *v);
+void tcq_values(const tcq_code *tc, const uint8_t *bits, int T, float *v, kvq_isa isa);
+/* Writes the low k bits of st[t] as symbol t. */
 void tcq_pack(const tcq_code *tc, const uint32_t *st, int T, uint8_t *bits);
 
 /* Records of one plan for the kernels below. */
@@ -88,6 +106,9 @@ void tcq_score_ref(const tcq_records *R, const float *qp, size_t qstride, size_t
                    float *scores);
 /* acc[j d + t] += w[j n + i] gamma_i f(s_it) */
 void tcq_accum_ref(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                    float *scores);
+void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
 void tcq_score(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                float *scores, kvq_isa isa);
 void tcq_accum(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc,

@@ -9,7 +9,20 @@
  * group for all 8 lanes), then fma(e, e, M) and a running vminps: 3 or 4
  * vector operations per 8 states, and the costs never go to memory.
  * The traceback is the reference's, with a hardware fma.
+ *
+ * Values of a record (decode, score, accumulate): the 8 states of values
+ * t0 .. t0+7 are windows of one 64-bit word of the stream (symbols in
+ * reverse order: s_{t0+l} starts (7-l) k bits above s_{t0+7}), taken out by
+ * two vpsrlvq (even and odd lanes), a blend and a mask, then f(s) computed
+ * in registers as tcq_value does (a vpmulld and an add, the byte
+ * sum by vpmaddubsw + vpmaddwd, a convert and a multiply): 1.5x faster on
+ * this AVX2 host (Zen 3) than a vgatherdps from the 16 KB table. Scores are
+ * then dot products of the d values with each query, accumulation an fma
+ * per 8 values and query.
  */
+#include <string.h>
+
+#include "simd_util.h"
 #include "tcq_kernels.h"
 
 #if KVQ_X86
@@ -93,6 +106,98 @@ KVQ_TARGET_AVX2 void tcq_traceback_avx2(const tcq_code *tc, const float *u, cons
         }
         s = r + j * R;
         st[t - 1] = s;
+    }
+}
+
+KVQ_TARGET_AVX2 void tcq_values_avx2(const tcq_code *tc, const uint8_t *bits, int T, float *v) {
+    const int k = tc->k;
+    const size_t nb = (size_t)T * k / 8;
+    /* windows are read from the record, those that run past its end from
+     * `tail`: its last 8 bytes, then its first 8 (the circular wrap) */
+    uint8_t pad[TCQ_BYTES_MAX + 8], tail[16];
+    const uint8_t *src = bits, *tl = tail;
+    size_t tl0 = nb - 8;
+    if (nb < 16) {
+        tcq_stream_pad(bits, nb, pad);
+        src = tl = pad;
+        tl0 = 0;
+    } else {
+        memcpy(tail, bits + nb - 8, 8);
+        memcpy(tail + 8, bits, 8);
+    }
+    const __m256i mask = _mm256_set1_epi32((1 << tc->L) - 1);
+    const __m256i sh_even = _mm256_setr_epi64x(7 * k, 5 * k, 3 * k, k), sh_odd = _mm256_setr_epi64x(6 * k, 4 * k, 2 * k, 0);
+    const __m256i m1 = _mm256_set1_epi32((int)TCQ_MUL), a1 = _mm256_set1_epi32((int)TCQ_ADD);
+    const __m256i c510 = _mm256_set1_epi32(510);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const __m256 isd = _mm256_set1_ps(TCQ_INV_SD);
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        const int base = (T - 8 - t0) * k; /* the window of s_{t0+7} */
+        const size_t B = (size_t)(base >> 3);
+        uint64_t w;
+        memcpy(&w, B + 8 <= nb ? src + B : tl + (B - tl0), 8);
+        const __m256i wv = _mm256_set1_epi64x((long long)w), sb = _mm256_set1_epi64x(base & 7);
+        const __m256i a = _mm256_srlv_epi64(wv, _mm256_add_epi64(sh_even, sb));
+        const __m256i b = _mm256_srlv_epi64(wv, _mm256_add_epi64(sh_odd, sb));
+        __m256i h = _mm256_and_si256(_mm256_blend_epi32(a, _mm256_slli_epi64(b, 32), 0xAA), mask);
+        h = _mm256_add_epi32(_mm256_mullo_epi32(h, m1), a1);
+        const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(h, ones8), ones16);
+        _mm256_storeu_ps(v + t0, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c510)), isd));
+    }
+}
+
+KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
+                                    const uint8_t *codes, size_t n, float *scores) {
+    float v[KVQ_DIM_MAX];
+    const int d = R->d;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * R->stride;
+        tcq_values_avx2(R->tc, rec + R->bits_off, d, v);
+        const float g = tcq_scale(R, rec);
+        size_t j = 0;
+        for (; j + 4 <= nq; j += 4) { /* four queries a pass over v */
+            const float *q = qp + j * qstride;
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            for (int t = 0; t < d; t += 8) {
+                const __m256 x = _mm256_loadu_ps(v + t);
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), x, s0);
+                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + qstride + t), x, s1);
+                s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * qstride + t), x, s2);
+                s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * qstride + t), x, s3);
+            }
+            const __m128 h = _mm_mul_ps(hsum4_256(s0, s1, s2, s3), _mm_set1_ps(g));
+            float o[4];
+            _mm_storeu_ps(o, h);
+            for (int c = 0; c < 4; c++) scores[(j + (size_t)c) * n + i] = o[c];
+        }
+        for (; j < nq; j++) {
+            const float *q = qp + j * qstride;
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+            int t = 0;
+            for (; t + 16 <= d; t += 16) {
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(v + t), s0);
+                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t + 8), _mm256_loadu_ps(v + t + 8), s1);
+            }
+            if (t < d) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(v + t), s0);
+            scores[j * n + i] = g * hsum_256(_mm256_add_ps(s0, s1));
+        }
+    }
+}
+
+KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                    float *acc) {
+    float v[KVQ_DIM_MAX];
+    const int d = R->d;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * R->stride;
+        tcq_values_avx2(R->tc, rec + R->bits_off, d, v);
+        const float g = tcq_scale(R, rec);
+        for (size_t j = 0; j < nq; j++) {
+            const __m256 wg = _mm256_set1_ps(w[j * n + i] * g);
+            float *a = acc + j * (size_t)d;
+            for (int t = 0; t < d; t += 8)
+                _mm256_storeu_ps(a + t, _mm256_fmadd_ps(wg, _mm256_loadu_ps(v + t), _mm256_loadu_ps(a + t)));
+        }
     }
 }
 
