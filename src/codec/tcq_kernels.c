@@ -93,15 +93,15 @@ void tcq_traceback_ref(const tcq_code *tc, const float *u, const float *M, int T
 
 void tcq_stream_pad(const uint8_t *bits, size_t nb, uint8_t *buf) {
     memcpy(buf, bits, nb);
-    if (nb >= 8) memcpy(buf + nb, bits, 8);
+    if (nb >= 16) memcpy(buf + nb, bits, 16);
     else
-        for (size_t i = 0; i < 8; i++) buf[nb + i] = bits[i % nb];
+        for (size_t i = 0; i < 16; i++) buf[nb + i] = bits[i % nb];
 }
 
 void tcq_states(const tcq_code *tc, const uint8_t *bits, int T, uint32_t *st) {
     const int k = tc->k;
     const uint32_t mask = (1u << tc->L) - 1;
-    uint8_t buf[TCQ_BYTES_MAX + 8];
+    uint8_t buf[TCQ_BYTES_MAX + 16];
     tcq_stream_pad(bits, (size_t)T * k / 8, buf);
     for (int t = 0; t < T; t++) { /* s_t: bits (T-1-t) k .. (T-1-t) k + L - 1 */
         const int pos = (T - 1 - t) * k;

@@ -80,8 +80,8 @@ int tcq_window(const tcq_code *tc, int T);
 #define TCQ_BYTES_MAX (KVQ_DIM_MAX * 4 / 8) /* bits of a record at d = KVQ_DIM_MAX, k = 4 */
 /* States s_0 .. s_{T-1} of a record's stream (the decoder's walk). */
 void tcq_states(const tcq_code *tc, const uint8_t *bits, int T, uint32_t *st);
-/* buf = the nb bytes of a stream followed by its first 8 bytes again
- * (cyclically when nb < 8), so that a window may run past the end. */
+/* buf (nb + 16 bytes) = the nb bytes of a stream followed by its first 16
+ * bytes again (cyclically when nb < 16), so that a window may run past the end. */
 void tcq_stream_pad(const uint8_t *bits, size_t nb, uint8_t *buf);
 /* v[t] = f[s_t], the unscaled values of a record's stream. */
 void tcq_values_ref(const tcq_code *tc, const uint8_t *bits, int T, float *v);

@@ -10,15 +10,17 @@
  * vector operations per 8 states, and the costs never go to memory.
  * The traceback is the reference's, with a hardware fma.
  *
- * Values of a record (decode, score, accumulate): the 8 states of values
- * t0 .. t0+7 are windows of one 64-bit word of the stream (symbols in
- * reverse order: s_{t0+l} starts (7-l) k bits above s_{t0+7}), taken out by
- * two vpsrlvq (even and odd lanes), a blend and a mask, then f(s) computed
- * in registers as tcq_value does (a vpmulld and an add, the byte
- * sum by vpmaddubsw + vpmaddwd, a convert and a multiply): 1.5x faster on
- * this AVX2 host (Zen 3) than a vgatherdps from the 16 KB table. Scores are
- * then dot products of the d values with each query, accumulation an fma
- * per 8 values and query.
+ * Values of a record (decode, score, accumulate), 8 at a time: the states
+ * of values t0 .. t0+7 (t0 % 8 == 0) are windows of the 16 stream bytes
+ * from byte (d-8-t0) k / 8 (symbols in reverse order: s_{t0+l} starts
+ * (7-l) k bits above s_{t0+7}, which starts on a byte boundary), taken out
+ * by one vpshufb (each lane's 4 bytes), a vpsrlvd and a mask; f(s) is then
+ * computed in registers as tcq_value does (vpmulld, add, the byte sum by
+ * vpmaddubsw + vpmaddwd, sub, convert, multiply): 1.5x faster on this AVX2
+ * host (Zen 3) than a vgatherdps from the 16 KB table. Score and
+ * accumulate use the values in registers (up to 8 queries a pass), with
+ * the 1/sqrt(21845) factor moved onto the query or weight (a different
+ * rounding, within 1e-6 of the reference).
  */
 #include <string.h>
 
@@ -109,94 +111,159 @@ KVQ_TARGET_AVX2 void tcq_traceback_avx2(const tcq_code *tc, const float *u, cons
     }
 }
 
+/* Where the 16 stream bytes of each group of 8 values are read: from the
+ * record when the window's `need` bytes lie inside it and the 16-byte load
+ * stays below `lim` (the end of the caller's array: the bytes past the
+ * record are the next record's, never used); else from `tail`, the
+ * record's last 16 bytes then its first 16 (the circular wrap) built by one
+ * 32-byte store. Records of < 16 bytes: a padded copy. */
+typedef struct {
+    const uint8_t *bits, *lim, *tail;
+    size_t nb, need, tail0;
+    _Alignas(32) uint8_t tailbuf[32];
+    uint8_t pad[TCQ_BYTES_MAX + 16];
+} stream16;
+
+KVQ_TARGET_AVX2 static inline void stream16_init(stream16 *w, const uint8_t *bits, size_t nb, size_t need,
+                                                 const uint8_t *lim) {
+    w->need = need;
+    if (nb < 16) {
+        tcq_stream_pad(bits, nb, w->pad);
+        w->bits = w->tail = w->pad;
+        w->lim = w->pad + nb + 16;
+        w->nb = nb + 16;
+        w->tail0 = 0;
+        return;
+    }
+    const __m128i lo = _mm_loadu_si128((const __m128i *)(bits + nb - 16)), hi = _mm_loadu_si128((const __m128i *)bits);
+    _mm256_store_si256((__m256i *)w->tailbuf, _mm256_set_m128i(hi, lo));
+    w->bits = bits;
+    w->lim = lim;
+    w->nb = nb;
+    w->tail = w->tailbuf;
+    w->tail0 = nb - 16;
+}
+
+static inline const uint8_t *stream16_at(const stream16 *w, size_t B) {
+    return B + w->need <= w->nb && w->bits + B + 16 <= w->lim ? w->bits + B : w->tail + (B - w->tail0);
+}
+
+/* Constants of the 8-value step for k bits a symbol and L-bit states. */
+typedef struct {
+    __m256i shuf, shift, mask, mul, add, c510, ones8, ones16;
+} vconst;
+
+KVQ_TARGET_AVX2 static inline vconst vconst_make(int k, int L) {
+    vconst c;
+    uint8_t sh[32];
+    int r[8];
+    for (int l = 0; l < 8; l++) { /* lane l: bit (7-l) k of the 16 bytes */
+        const int o = (7 - l) * k;
+        for (int i = 0; i < 4; i++) sh[4 * l + i] = (uint8_t)((o >> 3) + i);
+        r[l] = o & 7;
+    }
+    c.shuf = _mm256_loadu_si256((const __m256i *)sh);
+    c.shift = _mm256_loadu_si256((const __m256i *)r);
+    c.mask = _mm256_set1_epi32((1 << L) - 1);
+    c.mul = _mm256_set1_epi32((int)TCQ_MUL);
+    c.add = _mm256_set1_epi32((int)TCQ_ADD);
+    c.c510 = _mm256_set1_epi32(510);
+    c.ones8 = _mm256_set1_epi8(1);
+    c.ones16 = _mm256_set1_epi16(1);
+    return c;
+}
+
+/* (float)(sum - 510) of the values t0 .. t0+7: f / TCQ_INV_SD, exactly. */
+KVQ_TARGET_AVX2 static inline __m256 raw8(const vconst *c, const stream16 *w, int T, int k, int t0) {
+    const __m128i b16 = _mm_loadu_si128((const __m128i *)stream16_at(w, (size_t)((T - 8 - t0) * k / 8)));
+    const __m256i b = _mm256_broadcastsi128_si256(b16);
+    __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, c->shuf), c->shift), c->mask);
+    h = _mm256_add_epi32(_mm256_mullo_epi32(h, c->mul), c->add);
+    const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(h, c->ones8), c->ones16);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c->c510));
+}
+
+/* bytes a window of 8 states spans: 7 k + L bits from a byte boundary */
+static inline size_t window_bytes(int k, int L) { return (size_t)(7 * k + L + 7) / 8; }
+
 KVQ_TARGET_AVX2 void tcq_values_avx2(const tcq_code *tc, const uint8_t *bits, int T, float *v) {
     const int k = tc->k;
     const size_t nb = (size_t)T * k / 8;
-    /* windows are read from the record, those that run past its end from
-     * `tail`: its last 8 bytes, then its first 8 (the circular wrap) */
-    uint8_t pad[TCQ_BYTES_MAX + 8], tail[16];
-    const uint8_t *src = bits, *tl = tail;
-    size_t tl0 = nb - 8;
-    if (nb < 16) {
-        tcq_stream_pad(bits, nb, pad);
-        src = tl = pad;
-        tl0 = 0;
-    } else {
-        memcpy(tail, bits + nb - 8, 8);
-        memcpy(tail + 8, bits, 8);
-    }
-    const __m256i mask = _mm256_set1_epi32((1 << tc->L) - 1);
-    const __m256i sh_even = _mm256_setr_epi64x(7 * k, 5 * k, 3 * k, k), sh_odd = _mm256_setr_epi64x(6 * k, 4 * k, 2 * k, 0);
-    const __m256i m1 = _mm256_set1_epi32((int)TCQ_MUL), a1 = _mm256_set1_epi32((int)TCQ_ADD);
-    const __m256i c510 = _mm256_set1_epi32(510);
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    stream16 w;
+    stream16_init(&w, bits, nb, window_bytes(k, tc->L), bits + nb);
+    const vconst c = vconst_make(k, tc->L);
     const __m256 isd = _mm256_set1_ps(TCQ_INV_SD);
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        const int base = (T - 8 - t0) * k; /* the window of s_{t0+7} */
-        const size_t B = (size_t)(base >> 3);
-        uint64_t w;
-        memcpy(&w, B + 8 <= nb ? src + B : tl + (B - tl0), 8);
-        const __m256i wv = _mm256_set1_epi64x((long long)w), sb = _mm256_set1_epi64x(base & 7);
-        const __m256i a = _mm256_srlv_epi64(wv, _mm256_add_epi64(sh_even, sb));
-        const __m256i b = _mm256_srlv_epi64(wv, _mm256_add_epi64(sh_odd, sb));
-        __m256i h = _mm256_and_si256(_mm256_blend_epi32(a, _mm256_slli_epi64(b, 32), 0xAA), mask);
-        h = _mm256_add_epi32(_mm256_mullo_epi32(h, m1), a1);
-        const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(h, ones8), ones16);
-        _mm256_storeu_ps(v + t0, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c510)), isd));
+    for (int t0 = 0; t0 < T; t0 += 8) _mm256_storeu_ps(v + t0, _mm256_mul_ps(raw8(&c, &w, T, k, t0), isd));
+}
+
+/* Scores of n records against m <= 8 queries (rows of T floats, already
+ * multiplied by TCQ_INV_SD: qs); literal m keeps the sums in registers. */
+KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, const vconst *c, const float *qs,
+                                           const uint8_t *codes, size_t n, float *scores) {
+    const int T = R->d, k = R->tc->k;
+    const size_t nb = (size_t)T * k / 8, need = window_bytes(k, R->tc->L);
+    const uint8_t *lim = codes + n * R->stride;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *rec = codes + i * R->stride;
+        stream16 w;
+        stream16_init(&w, rec + R->bits_off, nb, need, lim);
+        __m256 s[8];
+        for (int j = 0; j < m; j++) s[j] = _mm256_setzero_ps();
+        for (int t0 = 0; t0 < T; t0 += 8) {
+            const __m256 x = raw8(c, &w, T, k, t0);
+            for (int j = 0; j < m; j++) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + (size_t)j * T + t0), x, s[j]);
+        }
+        const float g = tcq_scale(R, rec);
+        for (int j = 0; j < m; j++) scores[(size_t)j * n + i] = g * hsum_256(s[j]);
     }
 }
 
 KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
                                     const uint8_t *codes, size_t n, float *scores) {
-    float v[KVQ_DIM_MAX];
     const int d = R->d;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *rec = codes + i * R->stride;
-        tcq_values_avx2(R->tc, rec + R->bits_off, d, v);
-        const float g = tcq_scale(R, rec);
-        size_t j = 0;
-        for (; j + 4 <= nq; j += 4) { /* four queries a pass over v */
-            const float *q = qp + j * qstride;
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-            for (int t = 0; t < d; t += 8) {
-                const __m256 x = _mm256_loadu_ps(v + t);
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), x, s0);
-                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + qstride + t), x, s1);
-                s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 2 * qstride + t), x, s2);
-                s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + 3 * qstride + t), x, s3);
-            }
-            const __m128 h = _mm_mul_ps(hsum4_256(s0, s1, s2, s3), _mm_set1_ps(g));
-            float o[4];
-            _mm_storeu_ps(o, h);
-            for (int c = 0; c < 4; c++) scores[(j + (size_t)c) * n + i] = o[c];
-        }
-        for (; j < nq; j++) {
-            const float *q = qp + j * qstride;
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-            int t = 0;
-            for (; t + 16 <= d; t += 16) {
-                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(v + t), s0);
-                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t + 8), _mm256_loadu_ps(v + t + 8), s1);
-            }
-            if (t < d) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_loadu_ps(v + t), s0);
-            scores[j * n + i] = g * hsum_256(_mm256_add_ps(s0, s1));
+    const vconst c = vconst_make(R->tc->k, R->tc->L);
+    float qs[8 * KVQ_DIM_MAX];
+    for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 queries a pass over the records */
+        const size_t m = nq - j0 < 8 ? nq - j0 : 8;
+        for (size_t j = 0; j < m; j++)
+            for (int t = 0; t < d; t++) qs[j * (size_t)d + t] = qp[(j0 + j) * qstride + (size_t)t] * TCQ_INV_SD;
+        float *out = scores + j0 * n;
+        switch (m) {
+        case 1: score_m(1, R, &c, qs, codes, n, out); break;
+        case 2: score_m(2, R, &c, qs, codes, n, out); break;
+        case 3: score_m(3, R, &c, qs, codes, n, out); break;
+        case 4: score_m(4, R, &c, qs, codes, n, out); break;
+        case 5: score_m(5, R, &c, qs, codes, n, out); break;
+        case 6: score_m(6, R, &c, qs, codes, n, out); break;
+        case 7: score_m(7, R, &c, qs, codes, n, out); break;
+        default: score_m(8, R, &c, qs, codes, n, out); break;
         }
     }
 }
 
 KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n,
                                     float *acc) {
-    float v[KVQ_DIM_MAX];
-    const int d = R->d;
+    const int d = R->d, k = R->tc->k;
+    const vconst c = vconst_make(k, R->tc->L);
+    const size_t nb = (size_t)d * k / 8, need = window_bytes(k, R->tc->L);
+    const uint8_t *lim = codes + n * R->stride;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *rec = codes + i * R->stride;
-        tcq_values_avx2(R->tc, rec + R->bits_off, d, v);
-        const float g = tcq_scale(R, rec);
-        for (size_t j = 0; j < nq; j++) {
-            const __m256 wg = _mm256_set1_ps(w[j * n + i] * g);
-            float *a = acc + j * (size_t)d;
-            for (int t = 0; t < d; t += 8)
-                _mm256_storeu_ps(a + t, _mm256_fmadd_ps(wg, _mm256_loadu_ps(v + t), _mm256_loadu_ps(a + t)));
+        stream16 st;
+        stream16_init(&st, rec + R->bits_off, nb, need, lim);
+        const float g = tcq_scale(R, rec) * TCQ_INV_SD;
+        for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 weights in registers */
+            const size_t m = nq - j0 < 8 ? nq - j0 : 8;
+            __m256 wg[8];
+            for (size_t j = 0; j < m; j++) wg[j] = _mm256_set1_ps(w[(j0 + j) * n + i] * g);
+            float *a0 = acc + j0 * (size_t)d;
+            for (int t0 = 0; t0 < d; t0 += 8) {
+                const __m256 x = raw8(&c, &st, d, k, t0);
+                for (size_t j = 0; j < m; j++) {
+                    float *a = a0 + j * (size_t)d + t0;
+                    _mm256_storeu_ps(a, _mm256_fmadd_ps(wg[j], x, _mm256_loadu_ps(a)));
+                }
+            }
         }
     }
 }
