@@ -39,6 +39,9 @@ static void test_forward(int k, int T, long c, tu_rng *r) {
     CHECK(!memcmp(Ma, Mb, (size_t)T * R * 4) && !memcmp(Ca, Cb, S * 4), "forward k=%d T=%d c=%ld: AVX2 != reference", k,
           T, c);
     uint32_t sa[512], sb[512], e = tcq_argmin(&tc, Ca, c < 0 ? -1 : c);
+    CHECK(tcq_argmin(&tc, Ca, -1) == tcq_argmin_all_avx2(&tc, Ca), "argmin k=%d T=%d", k, T);
+    Ca[100] = Ca[3000] = -1.0f; /* equal minima: the first */
+    CHECK(tcq_argmin_all_avx2(&tc, Ca) == 100 && tcq_argmin(&tc, Ca, -1) == 100, "argmin ties");
     tcq_traceback_ref(&tc, u, Ma, T, e, sa);
     tcq_traceback_avx2(&tc, u, Mb, T, e, sb);
     CHECK(!memcmp(sa, sb, (size_t)T * 4), "traceback k=%d T=%d", k, T);

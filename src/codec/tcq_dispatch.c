@@ -43,7 +43,8 @@ static void pass(const tcq_code *tc, const float *u, int T, long c, long end, lo
 #if KVQ_X86
     if (isa >= KVQ_ISA_AVX2) {
         tcq_forward_avx2(tc, u, T, M, C);
-        tcq_traceback_avx2(tc, u, M, T, end >= 0 ? (uint32_t)end : tcq_argmin(tc, C, c2), st);
+        const uint32_t e = end >= 0 ? (uint32_t)end : c2 < 0 ? tcq_argmin_all_avx2(tc, C) : tcq_argmin(tc, C, c2);
+        tcq_traceback_avx2(tc, u, M, T, e, st);
         return;
     }
 #endif

@@ -62,13 +62,10 @@ void tcq_forward_ref(const tcq_code *tc, const float *u, int T, float *M, float 
 
 uint32_t tcq_argmin(const tcq_code *tc, const float *C, long c) {
     const uint32_t S = 1u << tc->L, R = 1u << (tc->L - tc->k);
-    uint32_t bs = c < 0 ? 0 : (uint32_t)c;
-    float best = C[bs];
-    for (uint32_t s = bs + 1; s < S; s++)
-        if ((c < 0 || (long)(s & (R - 1)) == c) && C[s] < best) {
-            best = C[s];
-            bs = s;
-        }
+    const uint32_t s0 = c < 0 ? 0 : (uint32_t)c, step = c < 0 ? 1 : R; /* the states s & (R-1) == c: c + j R */
+    uint32_t bs = s0;
+    for (uint32_t s = s0 + step; s < S; s += step)
+        if (C[s] < C[bs]) bs = s;
     return bs;
 }
 

@@ -59,6 +59,8 @@ void tcq_forward_avx2(const tcq_code *tc, const float *u, int T, float *M, float
 /* The state of least cost (ties: the lowest state) among all states (c < 0)
  * or those with s & (R-1) == c. */
 uint32_t tcq_argmin(const tcq_code *tc, const float *C, long c);
+/* tcq_argmin over all states (c < 0), AVX2: the same state. */
+uint32_t tcq_argmin_all_avx2(const tcq_code *tc, const float *C);
 /* st[t] for t = T-1 down to 0, from st[T-1] = end (tcq_kernels.h's rule). */
 void tcq_traceback_ref(const tcq_code *tc, const float *u, const float *M, int T, uint32_t end, uint32_t *st);
 void tcq_traceback_avx2(const tcq_code *tc, const float *u, const float *M, int T, uint32_t end, uint32_t *st);

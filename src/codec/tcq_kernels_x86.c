@@ -90,6 +90,26 @@ KVQ_TARGET_AVX2 void tcq_forward_avx2(const tcq_code *tc, const float *u, int T,
     }
 }
 
+/* The least of the 2^L costs by vminps, then its first position (the
+ * reference keeps the first of equal minima). */
+KVQ_TARGET_AVX2 uint32_t tcq_argmin_all_avx2(const tcq_code *tc, const float *C) {
+    const uint32_t S = 1u << tc->L;
+    __m256 m0 = _mm256_loadu_ps(C), m1 = _mm256_loadu_ps(C + 8);
+    for (uint32_t s = 16; s < S; s += 16) {
+        m0 = _mm256_min_ps(m0, _mm256_loadu_ps(C + s));
+        m1 = _mm256_min_ps(m1, _mm256_loadu_ps(C + s + 8));
+    }
+    __m256 m = _mm256_min_ps(m0, m1);
+    m = _mm256_min_ps(m, _mm256_permute2f128_ps(m, m, 1));
+    m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
+    m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, 0xB1)); /* the minimum in every lane */
+    for (uint32_t s = 0; s < S; s += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(C + s), m, _CMP_EQ_OQ));
+        if (hit) return s + (uint32_t)__builtin_ctz((unsigned)hit);
+    }
+    return 0; /* not reached: the minimum is one of the costs */
+}
+
 KVQ_TARGET_AVX2 void tcq_traceback_avx2(const tcq_code *tc, const float *u, const float *M, int T, uint32_t end,
                                         uint32_t *st) {
     const int k = tc->k;
