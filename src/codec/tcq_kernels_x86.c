@@ -18,7 +18,10 @@
  * computed in registers as tcq_value does (vpmulld, add, the byte sum by
  * vpmaddubsw + vpmaddwd, sub, convert, multiply): 1.5x faster on this AVX2
  * host (Zen 3) than a vgatherdps from the 16 KB table. Score and
- * accumulate use the values in registers (up to 8 queries a pass), with
+ * accumulate use the values in registers (up to 8 queries a pass; scores
+ * of 2 records a pass for <= 4 queries, sharing each query load;
+ * accumulation of 4 records a pass, one load and store of the
+ * accumulator for the 4), with
  * the 1/sqrt(21845) factor moved onto the query or weight (a different
  * rounding, within 1e-6 of the reference).
  */
@@ -203,6 +206,18 @@ KVQ_TARGET_AVX2 static inline __m256 raw8(const vconst *c, const stream16 *w, in
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c->c510));
 }
 
+/* the record's scale (F16C: the exact conversion, as kvq_f16_to_f32) */
+KVQ_TARGET_AVX2 static inline float scale_avx2(const tcq_records *R, const uint8_t *rec) {
+    if (R->scale32) {
+        float g;
+        memcpy(&g, rec + R->scale_off, 4);
+        return g;
+    }
+    uint16_t h;
+    memcpy(&h, rec + R->scale_off, 2);
+    return _cvtsh_ss(h);
+}
+
 /* bytes a window of 8 states spans: 7 k + L bits from a byte boundary */
 static inline size_t window_bytes(int k, int L) { return (size_t)(7 * k + L + 7) / 8; }
 
@@ -223,7 +238,30 @@ KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, co
     const int T = R->d, k = R->tc->k;
     const size_t nb = (size_t)T * k / 8, need = window_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    if (m <= 4) /* two records a pass: each query row loaded once for both */
+        for (; i + 2 <= n; i += 2) {
+            const uint8_t *r0 = codes + i * R->stride, *r1 = r0 + R->stride;
+            stream16 w0, w1;
+            stream16_init(&w0, r0 + R->bits_off, nb, need, lim);
+            stream16_init(&w1, r1 + R->bits_off, nb, need, lim);
+            __m256 s0[4], s1[4];
+            for (int j = 0; j < m; j++) s0[j] = s1[j] = _mm256_setzero_ps();
+            for (int t0 = 0; t0 < T; t0 += 8) {
+                const __m256 x0 = raw8(c, &w0, T, k, t0), x1 = raw8(c, &w1, T, k, t0);
+                for (int j = 0; j < m; j++) {
+                    const __m256 q = _mm256_loadu_ps(qs + (size_t)j * T + t0);
+                    s0[j] = _mm256_fmadd_ps(q, x0, s0[j]);
+                    s1[j] = _mm256_fmadd_ps(q, x1, s1[j]);
+                }
+            }
+            const float g0 = scale_avx2(R, r0), g1 = scale_avx2(R, r1);
+            for (int j = 0; j < m; j++) {
+                scores[(size_t)j * n + i] = g0 * hsum_256(s0[j]);
+                scores[(size_t)j * n + i + 1] = g1 * hsum_256(s1[j]);
+            }
+        }
+    for (; i < n; i++) {
         const uint8_t *rec = codes + i * R->stride;
         stream16 w;
         stream16_init(&w, rec + R->bits_off, nb, need, lim);
@@ -233,7 +271,7 @@ KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, co
             const __m256 x = raw8(c, &w, T, k, t0);
             for (int j = 0; j < m; j++) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + (size_t)j * T + t0), x, s[j]);
         }
-        const float g = tcq_scale(R, rec);
+        const float g = scale_avx2(R, rec);
         for (int j = 0; j < m; j++) scores[(size_t)j * n + i] = g * hsum_256(s[j]);
     }
 }
@@ -261,31 +299,46 @@ KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_
     }
 }
 
-KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n,
-                                    float *acc) {
+/* Accumulate, G <= 4 records a pass: their values in registers, each
+ * accumulator row loaded and stored once for the G records (added in
+ * record order, as the reference does). */
+KVQ_TARGET_AVX2 static inline void accum_g(const int G, const tcq_records *R, const vconst *c, const float *w, size_t nq,
+                                           const uint8_t *codes, size_t n, size_t i, float *acc) {
     const int d = R->d, k = R->tc->k;
-    const vconst c = vconst_make(k, R->tc->L);
     const size_t nb = (size_t)d * k / 8, need = window_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *rec = codes + i * R->stride;
-        stream16 st;
-        stream16_init(&st, rec + R->bits_off, nb, need, lim);
-        const float g = tcq_scale(R, rec) * TCQ_INV_SD;
-        for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 weights in registers */
-            const size_t m = nq - j0 < 8 ? nq - j0 : 8;
-            __m256 wg[8];
-            for (size_t j = 0; j < m; j++) wg[j] = _mm256_set1_ps(w[(j0 + j) * n + i] * g);
-            float *a0 = acc + j0 * (size_t)d;
-            for (int t0 = 0; t0 < d; t0 += 8) {
-                const __m256 x = raw8(&c, &st, d, k, t0);
-                for (size_t j = 0; j < m; j++) {
-                    float *a = a0 + j * (size_t)d + t0;
-                    _mm256_storeu_ps(a, _mm256_fmadd_ps(wg[j], x, _mm256_loadu_ps(a)));
-                }
+    stream16 st[4];
+    float wg[4][8];
+    for (int r = 0; r < G; r++) {
+        const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
+        stream16_init(&st[r], rec + R->bits_off, nb, need, lim);
+    }
+    for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 queries a pass */
+        const size_t m = nq - j0 < 8 ? nq - j0 : 8;
+        for (int r = 0; r < G; r++) {
+            const float g = scale_avx2(R, codes + (i + (size_t)r) * R->stride) * TCQ_INV_SD;
+            for (size_t j = 0; j < m; j++) wg[r][j] = w[(j0 + j) * n + i + (size_t)r] * g;
+        }
+        float *a0 = acc + j0 * (size_t)d;
+        for (int t0 = 0; t0 < d; t0 += 8) {
+            __m256 x[4];
+            for (int r = 0; r < G; r++) x[r] = raw8(c, &st[r], d, k, t0);
+            for (size_t j = 0; j < m; j++) {
+                float *a = a0 + j * (size_t)d + t0;
+                __m256 v = _mm256_loadu_ps(a);
+                for (int r = 0; r < G; r++) v = _mm256_fmadd_ps(_mm256_broadcast_ss(&wg[r][j]), x[r], v);
+                _mm256_storeu_ps(a, v);
             }
         }
     }
+}
+
+KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n,
+                                    float *acc) {
+    const vconst c = vconst_make(R->tc->k, R->tc->L);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) accum_g(4, R, &c, w, nq, codes, n, i, acc);
+    for (; i < n; i++) accum_g(1, R, &c, w, nq, codes, n, i, acc);
 }
 
 #endif
