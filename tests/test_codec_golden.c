@@ -32,7 +32,7 @@ static const char *BASES[] = {"f32",       "f16",       "bf16",      "q8",      
                               "tq-mse:2",  "tq-mse:3",  "tq-mse:4",  "tq-mse:5",  "tq-mse:6",  "tq-mse:7",
                               "tq-mse:8",  "tq-prod:2", "tq-prod:3", "tq-prod:4", "tq-prod:5", "tq-prod:6",
                               "tq-prod:7", "tq-prod:8", "qjl",       "polar",     "polar:3",   "rvq:1",
-                              "rvq:2",     "rvq:3",     "rvq:4"};
+                              "rvq:2",     "rvq:3",     "rvq:4",     "tcq:2",     "tcq:4"};
 static const char *OPTS[] = {"", "+outliers=16", "+center", "+chscale", "+norot", "+scale=norm", "+scale32"};
 static const int DIMS[] = {64, 128, 256};
 

@@ -30,6 +30,7 @@ static const char *ALL_METHODS[] = {
     "tq-prod:2", "tq-prod:3", "tq-prod:4", "tq-prod:5", "tq-prod:6", "tq-prod:7", "tq-prod:8",
     "qjl", "polar", "rvq:1", "rvq:2",
     "tq-mse:2+outliers=8", "tq-mse:3+outliers=8", "tq-mse:4+outliers=8", "q8+outliers=8",
+    "tcq:2", "tcq:3", "tcq:4",
 };
 
 typedef struct { uint64_t s; } rng;

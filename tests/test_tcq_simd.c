@@ -1,0 +1,128 @@
+/*
+ * tcq's SIMD kernels against the scalar references (tcq_kernels.h):
+ *   - the forward recursion: the arrays M_t and the final costs bit for bit
+ *     (src/codec/tcq_kernels_x86.c vs tcq_kernels.c), k = 1..4, on random
+ *     inputs, constrained and free starts, many lengths;
+ *   - the whole encoder through the public API: a plan of each ISA
+ *     (kvq_plan_clone_isa) gives the SAME codes as the scalar plan, for
+ *     k = 1..4, dims 32..512 (Hadamard and dense rotations, +norot), odd
+ *     batch sizes, zero and tiny rows;
+ *   - score, accumulate and decode on the same codes within 1e-5 relative
+ *     (the float sums may be ordered differently), n = 1..130 keys, nq =
+ *     1..11 queries, d = 32 .. 512.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "kvq.h"
+#include "codec/tcq_kernels.h"
+#include "testutil.h"
+
+static void test_forward(int k, int T, long c, tu_rng *r) {
+#if KVQ_X86
+    static float f[1u << 12];
+    for (uint32_t s = 0; s < (1u << 12); s++) f[s] = (float)tcq_value(s);
+    tcq_code tc = {12, k, f};
+    const size_t R = (size_t)1 << (12 - k), S = 1u << 12;
+    float *Ma = malloc(tcq_scratch_bytes(&tc, T)), *Mb = malloc(tcq_scratch_bytes(&tc, T));
+    float *Ca = malloc(S * 4), *Cb = malloc(S * 4), u[512];
+    for (int t = 0; t < T; t++) u[t] = (float)(tu_gauss(r) * (t % 7 == 3 ? 3.0 : 1.0));
+    if (T > 2) u[1] = 0.0f, u[2] = f[77]; /* exact zeros of the cost */
+    memset(Ma, 0, tcq_scratch_bytes(&tc, T));
+    memset(Mb, 0, tcq_scratch_bytes(&tc, T));
+    tcq_m0(&tc, c, Ma);
+    tcq_m0(&tc, c, Mb);
+    tcq_forward_ref(&tc, u, T, Ma, Ca);
+    tcq_forward_avx2(&tc, u, T, Mb, Cb);
+    CHECK(!memcmp(Ma, Mb, (size_t)T * R * 4) && !memcmp(Ca, Cb, S * 4), "forward k=%d T=%d c=%ld: AVX2 != reference", k,
+          T, c);
+    uint32_t sa[512], sb[512], e = tcq_argmin(&tc, Ca, c < 0 ? -1 : c);
+    CHECK(tcq_argmin(&tc, Ca, -1) == tcq_argmin_all_avx2(&tc, Ca), "argmin k=%d T=%d", k, T);
+    Ca[100] = Ca[3000] = -1.0f; /* equal minima: the first */
+    CHECK(tcq_argmin_all_avx2(&tc, Ca) == 100 && tcq_argmin(&tc, Ca, -1) == 100, "argmin ties");
+    tcq_traceback_ref(&tc, u, Ma, T, e, sa);
+    tcq_traceback_avx2(&tc, u, Mb, T, e, sb);
+    CHECK(!memcmp(sa, sb, (size_t)T * 4), "traceback k=%d T=%d", k, T);
+    free(Ma);
+    free(Mb);
+    free(Ca);
+    free(Cb);
+#else
+    (void)k, (void)T, (void)c, (void)r;
+#endif
+}
+
+static void test_plan(const char *spec, int d, size_t n, int nq, kvq_isa isa, tu_rng *r) {
+    kvq_plan *fast = NULL, *ref = NULL, *p = NULL;
+    CHECK_OK(kvq_plan_create(&p, spec, d, 3, NULL, 0));
+    if (!p) return;
+    CHECK_OK(kvq_plan_clone_isa(&fast, p, isa));
+    CHECK_OK(kvq_plan_clone_isa(&ref, p, KVQ_ISA_SCALAR));
+    kvq_plan_free(p);
+    if (!fast || !ref) {
+        kvq_plan_free(fast);
+        kvq_plan_free(ref);
+        return;
+    }
+    const size_t cb = kvq_plan_code_bytes(ref), qf = kvq_plan_query_floats(ref);
+    float *x = malloc(n * d * 4), *q = malloc((size_t)nq * d * 4), *qp = malloc(nq * qf * 4);
+    float *sr = malloc(nq * n * 4), *sf = malloc(nq * n * 4), *w = malloc(nq * n * 4);
+    float *ar = calloc((size_t)nq * d, 4), *af = calloc((size_t)nq * d, 4), *dr = malloc(n * d * 4), *df = malloc(n * d * 4);
+    uint8_t *cr = malloc(n * cb), *cf = malloc(n * cb);
+    for (size_t i = 0; i < n * d; i++) x[i] = (float)tu_gauss(r);
+    if (n > 2) {
+        memset(x + d, 0, (size_t)d * 4);                               /* a zero row */
+        for (int c = 0; c < d; c++) x[2 * d + c] = (float)(1e-30 * tu_gauss(r)); /* a tiny one */
+    }
+    for (int i = 0; i < nq * d; i++) q[i] = (float)tu_gauss(r);
+    for (size_t i = 0; i < nq * n; i++) w[i] = (float)tu_uniform(r);
+    CHECK_OK(kvq_encode(ref, x, KVQ_DTYPE_F32, n, cr));
+    CHECK_OK(kvq_encode(fast, x, KVQ_DTYPE_F32, n, cf));
+    CHECK(!memcmp(cr, cf, n * cb), "%s d=%d n=%zu isa=%s: codes differ from the reference's", spec, d, n,
+          kvq_isa_name(isa));
+    for (int j = 0; j < nq; j++) CHECK_OK(kvq_query_prepare(ref, q + j * d, qp + j * qf));
+    CHECK_OK(kvq_score(ref, qp, nq, cr, n, sr));
+    CHECK_OK(kvq_score(fast, qp, nq, cr, n, sf));
+    double e = tu_rel_l2(sf, sr, nq * n);
+    CHECK(e < 1e-5, "%s d=%d n=%zu nq=%d isa=%s score rel diff %.3g", spec, d, n, nq, kvq_isa_name(isa), e);
+    CHECK_OK(kvq_accumulate(ref, w, nq, cr, n, ar));
+    CHECK_OK(kvq_accumulate(fast, w, nq, cr, n, af));
+    e = tu_rel_l2(af, ar, (size_t)nq * d);
+    CHECK(e < 1e-5, "%s d=%d n=%zu nq=%d isa=%s accumulate rel diff %.3g", spec, d, n, nq, kvq_isa_name(isa), e);
+    CHECK_OK(kvq_decode(ref, cr, n, dr));
+    CHECK_OK(kvq_decode(fast, cr, n, df));
+    CHECK(tu_rel_l2(df, dr, n * d) < 1e-6, "%s d=%d isa=%s decode", spec, d, kvq_isa_name(isa));
+    free(x); free(q); free(qp); free(sr); free(sf); free(w); free(ar); free(af); free(dr); free(df); free(cr); free(cf);
+    kvq_plan_free(fast);
+    kvq_plan_free(ref);
+}
+
+int main(void) {
+    tu_rng r = {1313};
+    kvq_isa best = kvq_cpu_isa();
+    if (best >= KVQ_ISA_AVX2)
+        for (int k = 1; k <= 4; k++) {
+            static const int Ts[] = {2, 3, 9, 31, 64, 100, 128, 257};
+            for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+                test_forward(k, Ts[i], -1, &r);
+                test_forward(k, Ts[i], (long)(tu_next(&r) % (1u << (12 - k))), &r);
+            }
+        }
+    static const int dims[] = {32, 64, 80, 96, 128, 136, 256, 512};
+    static const size_t ns[] = {1, 3, 7, 17, 33, 130};
+    static const int nqs[] = {1, 2, 3, 4, 8, 11};
+    int count = 0;
+    for (int isa = KVQ_ISA_AVX2; isa <= (int)best; isa++)
+        for (int k = 1; k <= 4; k++)
+            for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+                char spec[32];
+                snprintf(spec, sizeof spec, "tcq:%d%s", k, di % 3 == 1 ? "+norot" : "");
+                size_t n = dims[di] >= 256 ? ns[(k + di) % 3] : ns[(k + di) % 6];
+                test_plan(spec, dims[di], n, nqs[(k + di + isa) % 6], (kvq_isa)isa, &r);
+                count++;
+            }
+    printf("cpu isa: %s, %d spec/dim/isa combinations\n", kvq_isa_name(best), count);
+    return tu_finish("test_tcq_simd");
+}
