@@ -414,7 +414,7 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < np; i++) {
             kvq_cache *c = kvq_session_cache(P[i].s);
             size_t bpt = kvq_cache_bytes_per_token(c), kvb = kvq_cache_memory_bytes(c);
-            double bits = 8.0 * (double)bpt / (double)(2 * (size_t)mc->n_layers * mc->n_head_kv * mc->head_dim);
+            double bits = tool_bits_per_value(bpt, mc);
             double bk = 0, bv = 0;
             tool_policy_bits(&P[i].pol, mc->head_dim, &bk, &bv);
             double pre = P[i].pre_t > 0 ? (double)Pn / P[i].pre_t : 0, gen = P[i].gen_t > 0 ? (double)G / P[i].gen_t : 0;

@@ -224,8 +224,7 @@ int eval_policy_bits(const tool_policy *p, int head_dim, double *bits_k, double 
 double eval_cache_bits_all(kvq_session *s, const kvq_model *m) {
     kvq_model_info mi;
     kvq_model_get_info(m, &mi);
-    double values = 2.0 * mi.n_layers * mi.n_head_kv * mi.head_dim;
-    return (double)kvq_cache_bytes_per_token(kvq_session_cache(s)) * 8.0 / values;
+    return tool_bits_per_value(kvq_cache_bytes_per_token(kvq_session_cache(s)), &mi);
 }
 
 /* ------------------------------------------------------------------------ */

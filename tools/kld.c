@@ -455,7 +455,7 @@ int cmd_kld(int argc, char **argv) {
             double kl, kl_se, nll, nll_se;
             eval_mean_se(q->kl, q->n, &kl, &kl_se);
             eval_mean_se(q->nll, q->n, &nll, &nll_se);
-            printf("%-28s %6.3f %10.6f %10.6f %10.6f %7.4f %10.4f %9.4f", name, 0.5 * (q->bits_k + q->bits_v), kl,
+            printf("%-28s %6.3f %10.6f %10.6f %10.6f %7.4f %10.4f %9.4f", name, q->bits_all, kl,
                    kl_se, eval_quantile(q->kl, q->n, 0.99), q->n ? (double)q->top1 / (double)q->n : NAN, exp(nll),
                    exp(nll) * nll_se);
             if (p) {
@@ -474,6 +474,8 @@ int cmd_kld(int argc, char **argv) {
             }
             printf("\n");
         }
+        printf("bits: per cached value over all layers, scales included (f16 and sliding-window layers counted; "
+               "the methods' own bits: --json bits_k, bits_v)\n");
         if (layers && isolate) {
             printf("\n--isolate: one layer compressed, every other in f16\n%-28s %10s %7s %14s %14s\n", "policy @layer",
                    "KLD", "top-1", "err at layer", "err last layer");

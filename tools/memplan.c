@@ -270,7 +270,8 @@ int cmd_memplan(int argc, char **argv) {
     if (!json) {
         printf("model %s (%s): weights %.1f MiB, budget %.2f GiB, context %zu, prompt chunks of %d, %d threads\n", mname,
                mc->arch, (double)weights / 1048576.0, (double)budget / 1073741824.0, ctx_model, batch, threads);
-        printf("%-34s %9s %6s %9s %12s %10s", "policy", "B/token", "bits", "x f16@long", "max_ctx", "runtime");
+        printf("%-34s %9s %6s %9s %16s %12s %10s", "policy", "B/token", "bits", "x f16@long", "max_ctx", "memory alone",
+               "runtime");
         for (int j = 0; j < npoints; j++) printf(" %9ld%s", points[j] >= 1024 && points[j] % 1024 == 0 ? points[j] / 1024 : points[j],
                                                  points[j] >= 1024 && points[j] % 1024 == 0 ? "K" : " ");
         printf("   (KV MiB at ctx)\n");
@@ -297,7 +298,7 @@ int cmd_memplan(int argc, char **argv) {
         }
         const kvq_cache *c = kvq_session_cache(s);
         size_t bpt = kvq_cache_bytes_per_token(c);
-        double bits = 8.0 * (double)bpt / (double)(2 * (size_t)mc->n_layers * mc->n_head_kv * mc->head_dim);
+        double bits = tool_bits_per_value(bpt, mc);
         double bk = 0, bv = 0;
         tool_policy_bits(&pols[i], mc->head_dim, &bk, &bv);
         /* marginal cost of a token at long context (sliding-window layers no longer grow) */
@@ -341,6 +342,13 @@ int cmd_memplan(int argc, char **argv) {
             continue;
         }
         size_t max_model = max_ctx < ctx_model ? max_ctx : ctx_model;
+        /* why max_model is what it is */
+        const char *why = max_ctx == 0 ? "nothing fits" : max_ctx >= ctx_model ? "model" : "memory";
+        char note[256] = "";
+        if (max_ctx == 0)
+            snprintf(note, sizeof note, "weights %.1f MiB + runtime %.1f MiB at ctx 0 %s the budget %.1f MiB",
+                     (double)weights / 1048576.0, (double)at0.runtime / 1048576.0,
+                     at0.total > budget ? "exceed" : "leave no room for one token in", (double)budget / 1048576.0);
         if (json) {
             printf("{\"tool\":\"memplan\",\"model\":\"%s\",\"arch\":\"%s\",\"n_layers\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
                    "\"n_ctx_train\":%d,",
@@ -349,10 +357,10 @@ int cmd_memplan(int argc, char **argv) {
             printf(",\"mem_bytes\":%zu,\"weights_bytes\":%zu,\"kv_bytes_per_token\":%zu,\"f16_kv_bytes_per_token\":%zu,"
                    "\"bits_per_value\":%.4f,\"bits_k\":%.4f,\"bits_v\":%.4f,\"bits_per_value_all_layers\":%.4f,"
                    "\"kv_bytes_per_token_long\":%.1f,\"f16_kv_bytes_per_token_long\":%.1f,\"compression_long\":%.4f,\"batch\":%d,\"threads\":%d,\"overhead_bytes\":%zu,\"max_ctx\":%zu,"
-                   "\"max_ctx_capped\":%s,\"max_ctx_model\":%zu,\"runtime_bytes_at_max\":%zu,\"kv_bytes_at_max\":%zu,"
-                   "\"points\":[",
+                   "\"max_ctx_capped\":%s,\"max_ctx_model\":%zu,\"max_ctx_limit\":\"%s\",\"runtime_bytes_at_max\":%zu,"
+                   "\"kv_bytes_at_max\":%zu,\"points\":[",
                    budget, weights, bpt, f16_bpt, 0.5 * (bk + bv), bk, bv, bits, long_bpt, f16_long, long_x, batch, threads, (size_t)overhead, max_ctx, capped ? "true" : "false",
-                   max_model, amax.runtime, amax.kv_peak);
+                   max_model, why, amax.runtime, amax.kv_peak);
             for (int j = 0; j < npoints && !rc; j++) {
                 mem_at p;
                 rc = eval_at(c, &rt, mc->n_layers, weights, (size_t)points[j], (size_t)batch, &p);
@@ -363,9 +371,11 @@ int cmd_memplan(int argc, char **argv) {
             }
             printf("]}\n");
         } else {
-            char mx[32];
-            snprintf(mx, sizeof mx, "%s%zu", capped ? ">" : "", max_ctx);
-            printf("%-34s %9zu %6.2f %9.2f %12s %9.1fM", name, bpt, bits, long_x, mx, (double)amax.runtime / 1048576.0);
+            char mx[48], mm[32];
+            snprintf(mx, sizeof mx, "%zu (%s)", max_model, why);
+            snprintf(mm, sizeof mm, "%s%zu", capped ? ">" : "", max_ctx);
+            printf("%-34s %9zu %6.2f %9.2f %16s %12s %9.1fM", name, bpt, bits, long_x, mx, mm,
+                   (double)amax.runtime / 1048576.0);
             for (int j = 0; j < npoints && !rc; j++) {
                 mem_at p;
                 rc = eval_at(c, &rt, mc->n_layers, weights, (size_t)points[j], (size_t)batch, &p);
@@ -373,6 +383,7 @@ int cmd_memplan(int argc, char **argv) {
                 printf(" %10.1f", (double)p.kv / 1048576.0);
             }
             printf("\n");
+            if (note[0]) printf("  %s: %s\n", name, note);
         }
         if (rc) { fprintf(stderr, "kvq memplan: policy %s: %s\n", name, kvq_strerror(rc)); ret = 1; }
         fflush(stdout);
@@ -380,8 +391,9 @@ int cmd_memplan(int argc, char **argv) {
     }
     if (!json)
         printf("bits: all layers as stored per token; x f16@long: f16 / this policy, marginal bytes of a token between 64K and 128K\n"
-               "max_ctx: weights + KV (peak, prompt in chunks of %d) + runtime estimate <= budget; the model's own "
-               "context is %zu\n", batch, ctx_model);
+               "max_ctx: the longest context that fits weights + KV (peak, prompt in chunks of %d) + runtime estimate\n"
+               "in the budget, at most the model's own context %zu (the limit in parentheses); memory alone: without\n"
+               "that cap\n", batch, ctx_model);
     kvq_model_free(m);
     free(pols);
     return ret;

@@ -324,3 +324,26 @@ int tool_policy_key_warning(const tool_policy *p, char *buf, size_t cap) {
     }
     return -1;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Bits per value and compressed layers                                      */
+/* ------------------------------------------------------------------------ */
+double tool_bits_per_value(size_t bytes_per_token, const kvq_model_info *mi) {
+    double values = 2.0 * mi->n_layers * mi->n_head_kv * mi->head_dim;
+    return values > 0 ? 8.0 * (double)bytes_per_token / values : 0.0;
+}
+
+void tool_policy_layers(const tool_policy *p, const kvq_model_info *mi, int *n_comp, int *n_sliding_f16, int *n_listed) {
+    int comp = 0, sl = 0, listed = 0, L = mi->n_layers;
+    int plain = !strcmp(p->k_spec, "f16") && !strcmp(p->v_spec, "f16");
+    for (int l = 0; l < L && l < KVQ_MAX_LAYERS; l++) {
+        int in_list = 0;
+        for (int i = 0; i < p->n_f16_layers; i++) in_list |= (p->f16_layers[i] < 0 ? L + p->f16_layers[i] : p->f16_layers[i]) == l;
+        if (in_list) listed++;
+        else if (mi->sliding_window[l] > 0 && !p->compress_sliding) sl++;
+        else comp += !plain;
+    }
+    *n_comp = comp;
+    *n_sliding_f16 = sl;
+    *n_listed = listed;
+}

@@ -97,6 +97,18 @@ void tool_spec_error(const char *spec, int rc, const char *why, char *err, size_
  */
 int tool_policy_key_warning(const tool_policy *p, char *buf, size_t cap);
 
+/*
+ * THE bits per value of every tool: 8 x bytes_per_token (kvq_cache_bytes_per_token:
+ * every layer, f16 and sliding-window layers included, codes + scales + norms) /
+ * (2 x layers x kv heads x head dim). An f16 window is a fixed cost of W tokens
+ * at f16 on top (shown in the tools' KV bytes, not here); per-method detail:
+ * tool_policy_bits (the compressed layers' K and V).
+ */
+double tool_bits_per_value(size_t bytes_per_token, const kvq_model_info *mi);
+/* Layers the policy compresses on a model (n_comp), sliding-window layers it
+ * leaves f16 (n_sliding_f16), layers its f16 list keeps (n_listed). */
+void tool_policy_layers(const tool_policy *p, const kvq_model_info *mi, int *n_comp, int *n_sliding_f16, int *n_listed);
+
 /* Canonical name into buf (truncated to cap). */
 void tool_policy_name(const tool_policy *p, char *buf, size_t cap);
 

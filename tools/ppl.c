@@ -205,17 +205,20 @@ int cmd_ppl(int argc, char **argv) {
         printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens per policy%s\n\n",
                eval_basename(e.model_path), eval_basename(text_path), C, windows_done, np ? ps[0].n_nll : (size_t)0,
                intr ? " (PARTIAL: interrupted)" : "");
-        printf("%-28s %7s %7s %10s %9s %8s %10s %8s\n", "policy", "bits K", "bits V", "ppl", "+/-", "tokens", "KV MiB",
-               "tok/s");
+        printf("%-28s %6s %7s %7s %10s %9s %8s %10s %8s\n", "policy", "bits", "bits K", "bits V", "ppl", "+/-", "tokens",
+               "KV MiB", "tok/s");
         for (int p = 0; p < np; p++) {
             char name[TOOL_POLICY_NAME];
             tool_policy_name(&ps[p].pol, name, sizeof name);
             double mean, se;
             eval_mean_se(ps[p].nll, ps[p].n_nll, &mean, &se);
-            printf("%-28s %7.3f %7.3f %10.4f %9.4f %8zu %10.2f %8.1f\n", name, ps[p].bits_k, ps[p].bits_v, exp(mean),
+            printf("%-28s %6.3f %7.3f %7.3f %10.4f %9.4f %8zu %10.2f %8.1f\n", name, ps[p].bits_all, ps[p].bits_k,
+                   ps[p].bits_v, exp(mean),
                    exp(mean) * se, ps[p].n_nll, (double)ps[p].kv_bytes / 1048576.0,
                    ps[p].seconds > 0 ? (double)ps[p].tokens_run / ps[p].seconds : 0.0);
         }
+        printf("bits: per cached value over all layers, scales included (f16 and sliding-window layers counted);\n"
+               "bits K, bits V: the key and value methods on the compressed layers\n");
         fflush(stdout);
     }
     ret = intr ? TOOL_EXIT_INTERRUPTED : 0;

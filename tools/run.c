@@ -200,8 +200,10 @@ int run_reply(run_ctx *r, const int32_t *ids, size_t n, size_t max_gen, int32_t 
 /* ------------------------------------------------------------------------ */
 /* kvq run                                                                   */
 /* ------------------------------------------------------------------------ */
-static void print_stats(const run_ctx *r, const char *model, const char *pname, int threads, size_t n_prompt,
+static void print_stats(const run_ctx *r, const char *model, const tool_policy *pol, int threads, size_t n_prompt,
                         size_t n_done, run_end why) {
+    char pname[TOOL_POLICY_NAME];
+    tool_policy_name(pol, pname, sizeof pname);
     static const char *const ends[] = {"length", "end of generation token", "context length", "interrupted"};
     kvq_cache *c = kvq_session_cache(r->s);
     size_t steps = n_done > 1 ? n_done - 1 : 0; /* decode steps: n_done - 1 forward passes */
@@ -217,6 +219,13 @@ static void print_stats(const run_ctx *r, const char *model, const char *pname, 
             "[kvq run] kv cache: %zu tokens x %zu bytes/token compressed = %zu bytes used (f16: %zu bytes/token); "
             "%zu bytes allocated (pages, f16 windows and rings included)\n",
             pos, bpt, pos * bpt, f16, kvq_cache_memory_bytes(c));
+    int comp, sl, listed;
+    tool_policy_layers(pol, &r->mi, &comp, &sl, &listed);
+    fprintf(stderr, "[kvq run] layers: %d of %d compressed", comp, r->mi.n_layers);
+    if (listed) fprintf(stderr, ", %d kept f16 by the policy", listed);
+    if (sl) fprintf(stderr, ", %d sliding-window layers kept f16 (--compress-sliding compresses them)", sl);
+    fprintf(stderr, "; %.3f bits per value over all layers (scales included)%s\n", tool_bits_per_value(bpt, &r->mi),
+            pol->f16_window ? ", the f16 window on top" : "");
 }
 
 /* The prompt's tokens after the context check (a prompt that does not fit is an error, -n is cut to fit). */
@@ -342,7 +351,7 @@ int cmd_run(int argc, char **argv) {
     if (why == RUN_END_LENGTH && (o.n_gen < 0 || n_gen < o.n_gen)) why = RUN_END_CONTEXT; /* -n cut to the context */
     if (!o.quiet) printf("\n");
     fflush(stdout);
-    print_stats(&r, o.model, pname, o.threads, n_prompt, n_done, why);
+    print_stats(&r, o.model, &o.pol, o.threads, n_prompt, n_done, why);
     ret = why == RUN_END_INTERRUPT ? TOOL_EXIT_INTERRUPTED : 0;
 done:
     kvq_sampler_free(r.smp);
