@@ -232,9 +232,9 @@ static void print_stats(const run_ctx *r, const char *model, const tool_policy *
 static int fit_context(run_ctx *r, size_t n_prompt, long *n_gen, const char *ctx_src) {
     if (n_prompt >= r->n_ctx) {
         fprintf(stderr,
-                "kvq run: the prompt is %zu tokens, the context %zu (%s): nothing is left to generate; "
+                "kvq run: the prompt is %zu tokens, %s the context of %zu (%s): no room to generate; "
                 "shorten the prompt%s\n",
-                n_prompt, r->n_ctx, ctx_src, r->mi.n_ctx_train > 0 && r->n_ctx < (size_t)r->mi.n_ctx_train
+                n_prompt, n_prompt > r->n_ctx ? "longer than" : "as long as", r->n_ctx, ctx_src, r->mi.n_ctx_train > 0 && r->n_ctx < (size_t)r->mi.n_ctx_train
                                                  ? " or raise -c" : "");
         return -1;
     }
