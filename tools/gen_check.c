@@ -54,7 +54,7 @@ static void usage(FILE *f) {
             "usage: kvq gen-check [-m MODEL] [policy options] [options]\n"
             "  greedy generation over %d fixed prompts, f16 cache first, then each policy: tokens before\n"
             "  EOS or a degenerate repeat, first position where the tokens differ from the f16 cache's\n"
-            "  --n N                   tokens to generate per prompt (default 200)\n"
+            "  -n, --n N               tokens to generate per prompt (default 200)\n"
             "  --prompts K             use the first K prompts (default all)\n"
             "  --chat | --completion   prompt style (default: chat when the GGUF has a chat template)\n"
             "  --per-prompt            with --json, also one record per prompt and policy (with the text)\n"

@@ -46,14 +46,14 @@ static void usage(FILE *f) {
             "usage: kvq needle [-m MODEL] --ctx N[,N...] [options]\n"
             "  passkey retrieval: a 5-7 digit number hidden at several depths of filler text,\n"
             "  exact-match accuracy of the greedy answer per context length and depth\n"
-            "  --ctx N,N,...           prompt + generation lengths in tokens (default 1024; 4K = 4096)\n"
+            "  -c, --ctx N,N,...       prompt + generation lengths in tokens (default 1024; 4K = 4096)\n"
             "  --depths D,D,...        needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)\n"
             "  --trials K              prompts per (ctx, depth), each a new number and filler (default 2)\n"
             "  --filler prose|grass    filler text (default prose: corpora/prose.txt)\n"
             "  --filler-file PATH      text for --filler prose (default corpora/prose.txt)\n"
             "  --gen N                 tokens decoded for the answer (default 12)\n"
             "  --chat | --completion   prompt style (default: chat when the GGUF has a chat template)\n"
-            "  --batch B               prompt tokens per eval call (default 256)\n");
+            "  -b, --batch B           prompt tokens per eval call (default 256)\n");
     eval_common_usage(f);
 }
 

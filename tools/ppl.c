@@ -25,10 +25,10 @@ static void usage(FILE *f) {
             "usage: kvq ppl [-m MODEL] -f TEXT [options]\n"
             "  perplexity over non-overlapping windows of C tokens, second half of each scored,\n"
             "  attention reading the compressed cache (prefill included)\n"
-            "  -f TEXT                text file (e.g. corpora/prose.txt)\n"
-            "  --ctx C                window length in tokens (default 1024)\n"
+            "  -f, --file TEXT        text file (e.g. corpora/prose.txt)\n"
+            "  -c, --ctx C            window length in tokens (default 1024)\n"
             "  --chunks N             windows to evaluate (default: all the text holds)\n"
-            "  --batch B              tokens per eval call (default 256; 0 = the whole window at once)\n"
+            "  -b, --batch B          tokens per eval call (default 256; 0 = the whole window at once)\n"
             "  --per-window           with --json, also one record per window and policy\n");
     eval_common_usage(f);
 }
