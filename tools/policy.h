@@ -56,7 +56,7 @@ int tool_policy_list(const char *s, tool_policy *out, int max, char *err, size_t
  */
 #define TOOL_POLICY_ARGS_MAX 32
 typedef struct tool_policy_args {
-    const char *base;        /* --policy's value, NULL if none */
+    const char *base;        /* --policy's value (a tool may preset its default), NULL: f16 */
     struct { int field; char opt[24]; const char *val; } f[TOOL_POLICY_ARGS_MAX]; /* as given */
     int n;                   /* per-field options given */
     int sliding;             /* --kv-compress-sliding given */

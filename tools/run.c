@@ -51,6 +51,10 @@ static void usage(FILE *f) {
     tool_policy_args_usage(f);
 }
 
+/* The cache policy of `kvq run` when no policy option is given (docs/CACHE.md);
+ * the policy options apply on top of it (--policy replaces it). */
+static const char RUN_DEFAULT_POLICY[] = "f16";
+
 typedef struct {
     const char *model, *prompt, *file, *system, *acts;
     long n_gen, n_ctx;
@@ -67,6 +71,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     o->acts = "q8";
     o->sp = kvq_sampler_run_params();
     tool_policy_args_init(&o->pa);
+    o->pa.base = RUN_DEFAULT_POLICY;
     const tool_opt opts[] = {
         {.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &o->model},
         {.names = "-p|--prompt", .kind = TOOL_ARG_STR, .dst = &o->prompt},
