@@ -19,11 +19,14 @@ typedef struct {
     uint64_t u;
 } vals;
 
+/* The words of a command line; the parsed values point into it (as into argv). */
+typedef struct { char buf[512]; } words;
+
 /* Parses the words of line (space-separated) with a small table; returns the parser's verdict. */
-static int parse_line(const char *line, vals *v, tool_policy_args *pa) {
-    char buf[512], *argv[32];
+static int parse_line(const char *line, words *wd, vals *v, tool_policy_args *pa) {
+    char *buf = wd->buf, *argv[32];
     int argc = 0;
-    snprintf(buf, sizeof buf, "test %s", line);
+    snprintf(buf, sizeof wd->buf, "test %s", line);
     for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
     memset(v, 0, sizeof *v);
     v->choice = "q8";
@@ -46,7 +49,8 @@ static int parse_line(const char *line, vals *v, tool_policy_args *pa) {
 static void expect_usage(const char *line) {
     vals v;
     tool_policy_args pa;
-    int r = parse_line(line, &v, &pa);
+    words wd;
+    int r = parse_line(line, &wd, &v, &pa);
     CHECK(r == TOOL_EXIT_USAGE, "'%s': verdict %d, want %d", line, r, TOOL_EXIT_USAGE);
 }
 
@@ -79,11 +83,12 @@ static void test_numbers(void) {
 static void test_parser(void) {
     vals v;
     tool_policy_args pa;
-    CHECK(parse_line("-n 5 --flag -p hello --acts f32 --seed 7 --top-p 0.9", &v, &pa) == 0 && v.n == 5 && v.flag &&
+    words wd;
+    CHECK(parse_line("-n 5 --flag -p hello --acts f32 --seed 7 --top-p 0.9", &wd, &v, &pa) == 0 && v.n == 5 && v.flag &&
               !strcmp(v.s, "hello") && !strcmp(v.choice, "f32") && v.u == 7 && v.x > 0.89f,
           "a valid line");
-    CHECK(parse_line("--n-predict=7 --long=64", &v, &pa) == 0 && v.n == 7 && v.l == 64, "--name=value");
-    CHECK(parse_line("-p -5", &v, &pa) == 0 && !strcmp(v.s, "-5"), "a value that starts with '-'");
+    CHECK(parse_line("--n-predict=7 --long=64", &wd, &v, &pa) == 0 && v.n == 7 && v.l == 64, "--name=value");
+    CHECK(parse_line("-p -5", &wd, &v, &pa) == 0 && !strcmp(v.s, "-5"), "a value that starts with '-'");
     expect_usage("-n 3 --foo");   /* unknown, last */
     expect_usage("--foo -n 3");   /* unknown, first */
     expect_usage("--flag --foo"); /* unknown after a flag */
@@ -102,7 +107,8 @@ static void test_parser(void) {
 static void build(const char *line, tool_policy *p, int want_ok) {
     vals v;
     tool_policy_args pa;
-    int r = parse_line(line, &v, &pa);
+    words wd;
+    int r = parse_line(line, &wd, &v, &pa);
     char err[1024] = "";
     if (!r) r = tool_policy_args_build(&pa, p, err, sizeof err);
     CHECK(want_ok ? r == 0 : r != 0, "'%s': verdict %d (%s)", line, r, err);
