@@ -13,7 +13,8 @@
  * position) / time, compared with a measured device-to-device copy (bytes
  * read + written / time). Encode: vectors per second of kvq_cuda_encode on
  * 4M rows (f32 and f16 input).
- * Usage: cuda_attn [--quick] [--json FILE] [--runs N]
+ * --dim D: head dim D instead of 128 (64, 96 and 256 run the generic kernel).
+ * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--policy NAME] [--shape B CTX]
  */
 #include <math.h>
 #include <stdio.h>
@@ -151,8 +152,8 @@ struct Policy {
     const char *name, *k, *v;
 };
 
-static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps) {
-    const int H = 8, HQ = 32, D = 128, P = 256;
+static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps, int D) {
+    const int H = 8, HQ = 32, P = 256;
     kvq_plan *kp, *vp;
     OK(kvq_plan_create(&kp, pol.k, D, 11, NULL, 0));
     OK(kvq_plan_create(&vp, pol.v, D, 12, NULL, 0));
@@ -234,8 +235,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     int nonfinite = 0;
     for (float v : o) nonfinite += !isfinite(v);
     const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
-    printf("%-22s B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s)\n", pol.name, B, ctx,
-           ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, nonfinite ? ", NON-FINITE OUTPUT" : "");
+    printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s)\n", pol.name, D, B,
+           ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, nonfinite ? ", NON-FINITE OUTPUT" : "");
     fflush(stdout);
     if (g_json)
         fprintf(g_json,
@@ -263,13 +264,14 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
 
 int main(int argc, char **argv) {
     bool quick = false, no_encode = false;
-    int runs = 50, only_b = 0, only_ctx = 0;
+    int runs = 50, only_b = 0, only_ctx = 0, dim = 128;
     const char *only_pol = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--no-encode")) no_encode = true;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) g_json = fopen(argv[++i], "w");
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dim") && i + 1 < argc) dim = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--policy") && i + 1 < argc) only_pol = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 2 < argc) only_b = atoi(argv[++i]), only_ctx = atoi(argv[++i]);
     }
@@ -300,6 +302,7 @@ int main(int argc, char **argv) {
                            {"tq-mse:4/4", "tq-mse:4", "tq-mse:4"},
                            {"tq-mse:2/2", "tq-mse:2", "tq-mse:2"},
                            {"tq-mse:4/2", "tq-mse:4", "tq-mse:2"},
+                           {"tq-mse:3/3", "tq-mse:3", "tq-mse:3"},
                            {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
                            {"rvq:2/2", "rvq:2", "rvq:2"}};
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
@@ -310,7 +313,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
             if (only_pol && strcmp(only_pol, pols[i].name)) continue;
             if (!only_pol && i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
-            bench_attn(pols[i], sh[0], sh[1], runs, cbw);
+            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim);
         }
     }
     if (g_json) fclose(g_json);

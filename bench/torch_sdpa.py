@@ -47,13 +47,14 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--dim", type=int, default=128, help="head dim (default 128)")
     a = ap.parse_args()
     out = open(a.json, "w") if a.json else None
     dev = torch.device("cuda")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     if out:
         out.write(json.dumps({"bench": "torch_info", "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}) + "\n")
-    H, HQ, D = 8, 32, 128
+    H, HQ, D = 8, 32, a.dim
     backends = [("default", None)]
     if SDPBackend is not None:
         backends += [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
@@ -103,7 +104,7 @@ def main():
                     best = (ms, f"{form}/{bname}")
         gbps = kv_bytes / (best[0] * 1e-3) / 1e9
         desc = "  ".join(f"{k}={v * 1e3:.0f}" for k, v in results.items() if v is not None)
-        print(f"torch B={B:3d} ctx={ctx:6d}: best {best[0] * 1e3:9.1f} us ({best[1]}, {gbps:.0f} GB/s on f16 K/V)   [{desc}]",
+        print(f"torch d={D:3d} B={B:3d} ctx={ctx:6d}: best {best[0] * 1e3:9.1f} us ({best[1]}, {gbps:.0f} GB/s on f16 K/V)   [{desc}]",
               flush=True)
         if out:
             out.write(json.dumps({"bench": "torch_sdpa", "batch": B, "ctx": ctx, "hq": HQ, "hkv": H, "dim": D,

@@ -279,13 +279,17 @@ typedef struct kvq_cache_config {
     int outlier_calib_tokens;  /* tokens seen before +outliers channels are chosen (0 = 128) */
     uint64_t seed;             /* seed of rotations/projections (per layer and head derived from it) */
     int reference_kernels;     /* 1: the scalar reference kernels everywhere (slow; to verify results); 0: best for the CPU */
+    int sink_tokens;           /* the first N positions of each global compressed layer stay f16 for good
+                                  (attention sinks; 0 = none, at most KVQ_SINK_MAX) */
 } kvq_cache_config;
+
+#define KVQ_SINK_MAX 1024 /* most sink tokens a cache keeps in f16 */
 
 /*
  * Creates an empty cache. Spec errors are reported as by kvq_plan_create;
  * KVQ_ERR_NO_DECODE if v_spec is a key-only method (qjl, tq-prod);
- * KVQ_ERR_INVALID_ARG for counts/windows out of range or an f16 layer index
- * out of [-n_layers, n_layers).
+ * KVQ_ERR_INVALID_ARG for counts/windows out of range (sink_tokens outside
+ * 0..KVQ_SINK_MAX) or an f16 layer index out of [-n_layers, n_layers).
  */
 KVQ_API int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg);
 KVQ_API void kvq_cache_free(kvq_cache *cache);
@@ -360,6 +364,9 @@ KVQ_API int kvq_cache_memory_plan(const kvq_cache *cache, size_t n_tokens, size_
  *   calib=N              tokens kept f16 until the per-head +center /
  *                        +chscale / +outliers plans are calibrated on them
  *                        (default 128), then encoded like the others
+ *   sink=N               the first N positions stay f16 for good      tq-mse:4,sink=1
+ *                        (attention sinks: the first token draws much
+ *                        of the attention; global layers only)
  *
  * SPEC is a method spec (kvq_plan_create; it never holds ',' or '/'); a
  * missing K or V means f16. The canonical name (kvq_policy_name) is the
@@ -377,6 +384,7 @@ typedef struct kvq_policy {
     int n_f16_layers;
     int compress_sliding;                 /* 1: sliding-window layers compressed too */
     int calib_tokens;                     /* calibration tokens (0 = the cache's default) */
+    int sink_tokens;                      /* f16 sink tokens at the start (0 = none) */
 } kvq_policy;
 
 /* f16 keys and values, no window, no f16 layers. */
@@ -394,7 +402,7 @@ KVQ_API int kvq_policy_name(const kvq_policy *p, char *buf, size_t cap);
 /*
  * Sets the policy fields of a cache configuration (k_spec, v_spec,
  * f16_window, f16_layers, n_f16_layers, compress_sliding,
- * outlier_calib_tokens); cfg then points into p, which must outlive
+ * outlier_calib_tokens, sink_tokens); cfg then points into p, which must outlive
  * kvq_cache_create. The other fields are left as they are.
  */
 KVQ_API void kvq_policy_to_cache_config(const kvq_policy *p, kvq_cache_config *cfg);

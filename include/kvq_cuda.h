@@ -21,10 +21,14 @@
  * on it unless stated. Errors found by kernels (NaN input, a scale out of
  * f16 range) are written to `dev_status` (a device int, may be NULL): the
  * first nonzero KVQ_ERR_* code wins; set it to 0 before the call.
- * Served: head dims that are powers of two from 32 to 512 for encode
- * (q8: any multiple of 8); attention at head dim 128 with K in f16, q8,
- * tq-mse:1/2/4, rvq:1/2/4, tq-prod:2/3/5, qjl and V in f16, q8, tq-mse:1/2/4,
- * rvq:1/2/4 (f16 scales, QJL m = d). Others: KVQ_ERR_UNSUPPORTED.
+ * Served: encode at head dims that are multiples of 32 from 32 to 512 (q8,
+ * f16: any multiple of 8; non-powers of two with the dense rotation);
+ * attention at head dims 32, 64, 96, 128, 256 with K in f16, q8,
+ * tq-mse:1..8, rvq:1..4, tq-prod, qjl (m <= 2d) and V in f16, q8,
+ * tq-mse:1..8, rvq:1..4, f16 or f32 scales (tensor-core kernels at d = 128 for
+ * tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl with m = d, f16 scales; a generic f32
+ * kernel for the rest, docs/CUDA.md). Other dims: KVQ_ERR_UNSUPPORTED_DIM;
+ * other methods (calibrated plans, q4, polar, ...): KVQ_ERR_UNSUPPORTED.
  */
 #ifndef KVQ_CUDA_H
 #define KVQ_CUDA_H

@@ -181,11 +181,12 @@ typedef struct kvq_session_params {
     void *kv_hook_user;
     kvq_attn_hook attn_hook;      /* optional (NULL = none) */
     void *attn_hook_user;
+    int sink_tokens;              /* the first N positions stay f16 for good (attention sinks; 0 = none) */
 } kvq_session_params;
 
 /* Defaults: f16 cache, no window, n_batch 256, best kernels, q8 activations. */
 KVQ_API kvq_session_params kvq_session_default_params(void);
-/* Sets the cache fields of *p (k_spec .. calib_tokens) from a policy, which must outlive the session's creation. */
+/* Sets the cache fields of *p (k_spec .. calib_tokens, sink_tokens) from a policy, which must outlive the session's creation. */
 KVQ_API void kvq_session_params_set_policy(kvq_session_params *p, const kvq_policy *policy);
 
 /*

@@ -16,123 +16,7 @@
 #include "cpu.h"
 #include "kvq.h"
 #include "testutil.h"
-
-/* ---- data and helpers ------------------------------------------------------ */
-static float *gauss(tu_rng *r, size_t n, double sd) {
-    float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = (float)(sd * tu_gauss(r));
-    return x;
-}
-
-static kvq_cache_config base_cfg(int layers, int H, int d, const char *ks, const char *vs) {
-    kvq_cache_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.n_layers = layers;
-    cfg.n_kv_heads = H;
-    cfg.head_dim = d;
-    cfg.k_spec = ks;
-    cfg.v_spec = vs;
-    cfg.seed = 42;
-    return cfg;
-}
-
-/* Relative L2 error of a vs b over n values. */
-static double rel_err_f64(const float *a, const double *b, size_t n) {
-    double e = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        e += (a[i] - b[i]) * (a[i] - b[i]);
-        s += b[i] * b[i];
-    }
-    return s > 0 ? sqrt(e / s) : sqrt(e);
-}
-/* Worst relative L2 error over rows of d values. */
-static double worst_row_err(const float *a, const double *b, size_t rows, int d) {
-    double w = 0;
-    for (size_t r = 0; r < rows; r++) {
-        double e = rel_err_f64(a + r * d, b + r * d, (size_t)d);
-        if (e > w) w = e;
-    }
-    return w;
-}
-
-/* 1 if the plan scores with 8-bit queries (tq codebooks of <= 4 bits, also
- * inside +outliers; q8 and q4, qblk.h): its scores are its own estimator, not
- * <q, decoded k> (test_codec_methods and test_qblk_vnni bound the difference). */
-static int int_scores(const kvq_plan *p) {
-    const char *s = kvq_plan_spec(p);
-    if (!strncmp(s, "q8", 2) || !strncmp(s, "q4", 2)) return 1;
-    int b = 0;
-    if (!strncmp(s, "tq-mse:", 7)) b = atoi(s + 7);
-    else if (!strncmp(s, "tq-prod:", 8)) b = atoi(s + 8) - 1;
-    else if (!strncmp(s, "rvq:", 4)) b = atoi(s + 4);
-    /* polar:3 / polar:4 with 4 levels: 8-bit pair tables (their prepared rows hold them, 3d + 16 floats) */
-    else if (!strncmp(s, "polar:", 6)) return kvq_plan_query_floats(p) == 3 * (size_t)kvq_plan_dim(p) + 16;
-    return b > 0 && b <= 4;
-}
-
-/*
- * float64 attention from the cache's own records: keys decoded (or scored
- * with kvq_score when the method is key-only or scores with 8-bit queries),
- * values decoded.
- */
-static void ref_from_cache(const kvq_cache *c, int layer, const float *q, size_t nq, int HQ, size_t pos0, float scale,
-                           int sliding, double *out) {
-    const int H = c->H, d = c->d, G = HQ / H;
-    const size_t end = pos0 + nq;
-    double *logit = malloc(end * sizeof *logit);
-    float *kd = malloc(end * (size_t)d * sizeof *kd), *vd = malloc(end * (size_t)d * sizeof *vd);
-    const kvq_plan **kps = malloc(end * sizeof *kps);
-    const uint8_t **krs = malloc(end * sizeof *krs);
-    float qp[8192], sc;
-    for (int h = 0; h < H; h++) {
-        size_t lo0 = sliding && pos0 + 1 > (size_t)sliding ? pos0 + 1 - sliding : 0;
-        for (size_t p = lo0; p < end; p++) {
-            const uint8_t *kr, *vr;
-            const kvq_plan *kp, *vp;
-            CHECK_OK(cache_locate(c, layer, h, p, &kr, &kp, &vr, &vp));
-            kps[p] = kp;
-            krs[p] = kr;
-            if (kvq_plan_can_decode(kp)) CHECK_OK(kvq_decode(kp, kr, 1, kd + p * d));
-            CHECK_OK(kvq_decode(vp, vr, 1, vd + p * d));
-        }
-        for (size_t t = 0; t < nq; t++) {
-            size_t pt = pos0 + t, lo = sliding && pt + 1 > (size_t)sliding ? pt + 1 - sliding : 0;
-            for (int g = 0; g < G; g++) {
-                const float *qr = q + (t * HQ + (size_t)h * G + g) * d;
-                double mx = -INFINITY;
-                for (size_t p = lo; p <= pt; p++) {
-                    double s = 0;
-                    if (kvq_plan_can_decode(kps[p]) && !int_scores(kps[p])) {
-                        for (int i = 0; i < d; i++) s += (double)qr[i] * kd[p * d + i];
-                        s *= scale;
-                    } else { /* the codec's own estimator (key-only, or 8-bit query scores),
-                              * on the query scaled as the cache scales it */
-                        float qs[KVQ_DIM_MAX];
-                        for (int i = 0; i < d; i++) qs[i] = qr[i] * scale;
-                        CHECK_OK(kvq_query_prepare(kps[p], qs, qp));
-                        CHECK_OK(kvq_score(kps[p], qp, 1, krs[p], 1, &sc));
-                        s = sc;
-                    }
-                    logit[p] = s;
-                    if (logit[p] > mx) mx = logit[p];
-                }
-                double sum = 0, *o = out + (t * HQ + (size_t)h * G + g) * d;
-                for (int i = 0; i < d; i++) o[i] = 0;
-                for (size_t p = lo; p <= pt; p++) {
-                    double w = exp(logit[p] - mx);
-                    sum += w;
-                    for (int i = 0; i < d; i++) o[i] += w * vd[p * d + i];
-                }
-                for (int i = 0; i < d; i++) o[i] /= sum;
-            }
-        }
-    }
-    free(logit);
-    free(kd);
-    free(vd);
-    free(kps);
-    free(krs);
-}
+#include "cache_ref.h"
 
 /* float64 attention on raw float inputs (k, v: len x H x d token-major). */
 static void ref_raw(const float *k, const float *v, int H, int d, const float *q, size_t nq, int HQ, size_t pos0,
@@ -202,14 +86,14 @@ static int spec_can_decode(const char *spec, int d) {
  */
 static void check_policy(const char *ks, const char *vs, int d, int H, int G, size_t ctx, int window, kvq_pool *pool,
                          tu_rng *rng) {
-    kvq_cache_config cfg = base_cfg(1, H, d, ks, vs);
+    kvq_cache_config cfg = cr_base_cfg(1, H, d, ks, vs);
     cfg.f16_window = window;
     kvq_cache *c;
     int rc = kvq_cache_create(&c, &cfg);
     CHECK(rc == KVQ_OK, "create k=%s v=%s d=%d: %s", ks, vs, d, kvq_strerror(rc));
     if (rc) return;
     const size_t row = (size_t)H * d;
-    float *k = gauss(rng, ctx * row, 1.0), *v = gauss(rng, ctx * row, 1.0);
+    float *k = cr_gauss(rng, ctx * row, 1.0), *v = cr_gauss(rng, ctx * row, 1.0);
     /* a few outlier channels, so that +outliers has something to find */
     for (size_t i = 0; i < ctx * (size_t)H; i++) k[i * d + 3] *= 6, k[i * d + d - 5] *= 4;
     size_t done = 0, step = ctx / 3 + 1;
@@ -221,19 +105,19 @@ static void check_policy(const char *ks, const char *vs, int d, int H, int G, si
     CHECK(kvq_cache_len(c, 0) == ctx, "len");
     const int HQ = H * G;
     const size_t nq_pre = ctx < 5 ? ctx : 5;
-    float *q = gauss(rng, nq_pre * HQ * (size_t)d, 1.0);
+    float *q = cr_gauss(rng, nq_pre * HQ * (size_t)d, 1.0);
     float *out = malloc(nq_pre * HQ * (size_t)d * sizeof *out);
     double *ref = malloc(nq_pre * HQ * (size_t)d * sizeof *ref);
     const float scale = 1.0f / sqrtf((float)d);
     /* decode step */
     CHECK_OK(kvq_cache_attend(c, 0, q, 1, HQ, ctx - 1, scale, out, pool));
-    ref_from_cache(c, 0, q, 1, HQ, ctx - 1, scale, 0, ref);
-    double e = worst_row_err(out, ref, (size_t)HQ, d);
+    cr_ref_from_cache(c, 0, q, 1, HQ, ctx - 1, scale, 0, ref);
+    double e = cr_worst_row_err(out, ref, (size_t)HQ, d);
     CHECK(e < 2e-4, "decode k=%s v=%s d=%d H=%d G=%d ctx=%zu W=%d: rel err %.3g", ks, vs, d, H, G, ctx, window, e);
     /* prefill of the last nq_pre positions */
     CHECK_OK(kvq_cache_attend(c, 0, q, nq_pre, HQ, ctx - nq_pre, scale, out, pool));
-    ref_from_cache(c, 0, q, nq_pre, HQ, ctx - nq_pre, scale, 0, ref);
-    e = worst_row_err(out, ref, nq_pre * HQ, d);
+    cr_ref_from_cache(c, 0, q, nq_pre, HQ, ctx - nq_pre, scale, 0, ref);
+    e = cr_worst_row_err(out, ref, nq_pre * HQ, d);
     CHECK(e < 2e-4, "prefill k=%s v=%s d=%d H=%d G=%d ctx=%zu W=%d: rel err %.3g", ks, vs, d, H, G, ctx, window, e);
     free(k);
     free(v);
@@ -283,17 +167,17 @@ static void test_prefill(kvq_pool *pool) {
     tu_rng rng = {29};
     const int H = 2, d = 64, G = 3, HQ = H * G;
     const size_t n = 700, row = (size_t)H * d, on = n * HQ * (size_t)d;
-    kvq_cache_config cfg = base_cfg(1, H, d, "tq-mse:4", "tq-mse:3");
+    kvq_cache_config cfg = cr_base_cfg(1, H, d, "tq-mse:4", "tq-mse:3");
     cfg.f16_window = 37;
     kvq_cache *c;
     CHECK_OK(kvq_cache_create(&c, &cfg));
-    float *k = gauss(&rng, n * row, 1.0), *v = gauss(&rng, n * row, 1.0), *q = gauss(&rng, on, 2.0);
+    float *k = cr_gauss(&rng, n * row, 1.0), *v = cr_gauss(&rng, n * row, 1.0), *q = cr_gauss(&rng, on, 2.0);
     float *out = malloc(on * sizeof *out);
     double *ref = malloc(on * sizeof *ref);
     CHECK_OK(kvq_cache_append(c, 0, k, v, n));
     CHECK_OK(kvq_cache_attend(c, 0, q, n, HQ, 0, 0.125f, out, pool));
-    ref_from_cache(c, 0, q, n, HQ, 0, 0.125f, 0, ref);
-    double e = worst_row_err(out, ref, n * HQ, d);
+    cr_ref_from_cache(c, 0, q, n, HQ, 0, 0.125f, 0, ref);
+    double e = cr_worst_row_err(out, ref, n * HQ, d);
     CHECK(e < 2e-4, "whole prefill: rel err %.3g", e);
     /* the first token sees only itself: its output is its own value */
     const uint8_t *kr, *vr;
@@ -318,20 +202,20 @@ static void test_raw(kvq_pool *pool) {
         for (int cfgi = 0; cfgi < 3; cfgi++) {
             int d = cfgi == 0 ? 64 : cfgi == 1 ? 128 : 256, H = 2, G = cfgi == 2 ? 1 : 4;
             size_t ctx = cfgi == 1 ? 3000 : 257;
-            kvq_cache_config cfg = base_cfg(2, H, d, specs[s], specs[s]);
+            kvq_cache_config cfg = cr_base_cfg(2, H, d, specs[s], specs[s]);
             kvq_cache *c;
             CHECK_OK(kvq_cache_create(&c, &cfg));
             const size_t row = (size_t)H * d;
-            float *k = gauss(&rng, ctx * row, 2.0), *v = gauss(&rng, ctx * row, 1.0);
+            float *k = cr_gauss(&rng, ctx * row, 2.0), *v = cr_gauss(&rng, ctx * row, 1.0);
             CHECK_OK(kvq_cache_append(c, 1, k, v, ctx));
             const int HQ = H * G;
             const size_t nq = 3;
-            float *q = gauss(&rng, nq * HQ * (size_t)d, 1.0), *out = malloc(nq * HQ * (size_t)d * sizeof *out);
+            float *q = cr_gauss(&rng, nq * HQ * (size_t)d, 1.0), *out = malloc(nq * HQ * (size_t)d * sizeof *out);
             double *ref = malloc(nq * HQ * (size_t)d * sizeof *ref);
             float scale = 1.0f / sqrtf((float)d);
             CHECK_OK(kvq_cache_attend(c, 1, q, nq, HQ, ctx - nq, scale, out, pool));
             ref_raw(k, v, H, d, q, nq, HQ, ctx - nq, scale, ref);
-            double e = rel_err_f64(out, ref, nq * HQ * (size_t)d);
+            double e = cr_rel_err(out, ref, nq * HQ * (size_t)d);
             CHECK(e < 1e-3, "%s cache vs raw float64, d=%d ctx=%zu: rel err %.3g", specs[s], d, ctx, e);
             if (s == 0) CHECK(e < 1e-5, "f32 cache vs raw float64 d=%d: rel err %.3g", d, e);
             free(k);
@@ -365,10 +249,10 @@ static void test_simd_threads(kvq_pool *pool2, kvq_pool *pool3) {
         int d = pi % 2 ? 128 : 64;
         size_t ctx = pi % 3 == 0 ? 5000 : 600, nq = pi % 2 ? 1 : 4;
         const size_t row = (size_t)H * d, on = nq * HQ * (size_t)d;
-        float *k = gauss(&rng, ctx * row, 1.0), *v = gauss(&rng, ctx * row, 1.0), *q = gauss(&rng, on, 1.5);
+        float *k = cr_gauss(&rng, ctx * row, 1.0), *v = cr_gauss(&rng, ctx * row, 1.0), *q = cr_gauss(&rng, on, 1.5);
         float *o1 = malloc(on * sizeof *o1), *o2 = malloc(on * sizeof *o2), *o3 = malloc(on * sizeof *o3),
               *os = malloc(on * sizeof *os);
-        kvq_cache_config cfg = base_cfg(1, H, d, pairs[pi][0], pairs[pi][1]);
+        kvq_cache_config cfg = cr_base_cfg(1, H, d, pairs[pi][0], pairs[pi][1]);
         cfg.f16_window = pi % 4 == 1 ? 20 : 0;
         run_policy(&cfg, k, v, ctx, q, nq, HQ, NULL, o1);
         run_policy(&cfg, k, v, ctx, q, nq, HQ, pool2, o2);
@@ -466,7 +350,7 @@ static void test_batch_invariance(kvq_pool *pool) {
     tu_rng rng = {23};
     const int H = 2, d = 64, G = 3, HQ = H * G;
     const size_t ctx = 300, row = (size_t)H * d, qrow = (size_t)HQ * d; /* two pages: blocks of 256 and 44 */
-    float *k = gauss(&rng, ctx * row, 1.0), *v = gauss(&rng, ctx * row, 1.0), *q = gauss(&rng, ctx * qrow, 1.5);
+    float *k = cr_gauss(&rng, ctx * row, 1.0), *v = cr_gauss(&rng, ctx * row, 1.0), *q = cr_gauss(&rng, ctx * qrow, 1.5);
     float *all = malloc(ctx * qrow * sizeof *all), *part = malloc(ctx * qrow * sizeof *part);
     for (int isa = KVQ_ISA_SCALAR; isa <= (int)top; isa++) {
         if (isa == KVQ_ISA_SCALAR) setenv("KVQ_ISA", "scalar", 1);
@@ -474,7 +358,7 @@ static void test_batch_invariance(kvq_pool *pool) {
         else if (env) setenv("KVQ_ISA", saved, 1);
         else unsetenv("KVQ_ISA");
         for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
-            kvq_cache_config cfg = base_cfg(1, H, d, pairs[pi][0], pairs[pi][1]);
+            kvq_cache_config cfg = cr_base_cfg(1, H, d, pairs[pi][0], pairs[pi][1]);
             kvq_cache *c = NULL;
             CHECK_OK(kvq_cache_create(&c, &cfg));
             if (!c) continue;
@@ -509,13 +393,13 @@ static void test_batch_invariance(kvq_pool *pool) {
 static void test_window(void) {
     tu_rng rng = {11};
     const int H = 3, d = 64, W = 10;
-    kvq_cache_config cfg = base_cfg(1, H, d, "tq-mse:3", "q8");
+    kvq_cache_config cfg = cr_base_cfg(1, H, d, "tq-mse:3", "q8");
     cfg.f16_window = W;
     kvq_cache *c, *cb;
     CHECK_OK(kvq_cache_create(&c, &cfg));
     CHECK_OK(kvq_cache_create(&cb, &cfg));
     const size_t ctx = 531, row = (size_t)H * d;
-    float *k = gauss(&rng, ctx * row, 1.0), *v = gauss(&rng, ctx * row, 1.0);
+    float *k = cr_gauss(&rng, ctx * row, 1.0), *v = cr_gauss(&rng, ctx * row, 1.0);
     for (size_t p = 0; p < ctx; p++) CHECK_OK(kvq_cache_append(c, 0, k + p * row, v + p * row, 1));
     CHECK_OK(kvq_cache_append(cb, 0, k, v, 200));
     CHECK_OK(kvq_cache_append(cb, 0, k + 200 * row, v + 200 * row, ctx - 200));
@@ -554,14 +438,14 @@ static void test_sliding(kvq_pool *pool) {
     const int H = 2, d = 64, G = 2, HQ = H * G, SW = 100;
     const int sw[3] = {SW, 0, SW};
     for (int comp = 0; comp < 2; comp++) {
-        kvq_cache_config cfg = base_cfg(3, H, d, "tq-mse:4", "tq-mse:4");
+        kvq_cache_config cfg = cr_base_cfg(3, H, d, "tq-mse:4", "tq-mse:4");
         cfg.sliding_window = sw;
         cfg.compress_sliding = comp;
         cfg.f16_window = comp ? 7 : 0;
         kvq_cache *c;
         CHECK_OK(kvq_cache_create(&c, &cfg));
         const size_t ctx = 1000, row = (size_t)H * d;
-        float *k = gauss(&rng, ctx * row, 1.0), *v = gauss(&rng, ctx * row, 1.0);
+        float *k = cr_gauss(&rng, ctx * row, 1.0), *v = cr_gauss(&rng, ctx * row, 1.0);
         size_t done = 0;
         size_t peak = 0;
         while (done < ctx) { /* uneven batches, decode-like at the end */
@@ -571,11 +455,11 @@ static void test_sliding(kvq_pool *pool) {
             done += n;
             /* prefill check for the batch just appended, on layer 0 */
             if (n > 1 || done == ctx) {
-                float *q = gauss(&rng, n * HQ * (size_t)d, 1.0), *out = malloc(n * HQ * (size_t)d * sizeof *out);
+                float *q = cr_gauss(&rng, n * HQ * (size_t)d, 1.0), *out = malloc(n * HQ * (size_t)d * sizeof *out);
                 double *ref = malloc(n * HQ * (size_t)d * sizeof *ref);
                 CHECK_OK(kvq_cache_attend(c, 0, q, n, HQ, done - n, 0.125f, out, pool));
-                ref_from_cache(c, 0, q, n, HQ, done - n, 0.125f, SW, ref);
-                double e = worst_row_err(out, ref, n * HQ, d);
+                cr_ref_from_cache(c, 0, q, n, HQ, done - n, 0.125f, SW, ref);
+                double e = cr_worst_row_err(out, ref, n * HQ, d);
                 CHECK(e < 2e-4, "sliding comp=%d done=%zu n=%zu: rel err %.3g", comp, done, n, e);
                 free(q);
                 free(out);
@@ -618,15 +502,15 @@ static void test_truncate(kvq_pool *pool) {
     const int H = 2, d = 64, G = 3, HQ = H * G;
     for (size_t pi = 0; pi < 3; pi++) {
         for (int W = 0; W <= 12; W += 12) {
-            kvq_cache_config cfg = base_cfg(2, H, d, pairs[pi][0], pairs[pi][1]);
+            kvq_cache_config cfg = cr_base_cfg(2, H, d, pairs[pi][0], pairs[pi][1]);
             cfg.f16_window = W;
             cfg.outlier_calib_tokens = 64;
             kvq_cache *a, *b;
             CHECK_OK(kvq_cache_create(&a, &cfg));
             CHECK_OK(kvq_cache_create(&b, &cfg));
             const size_t n0 = 500, n1 = 40, row = (size_t)H * d;
-            float *k = gauss(&rng, (n0 + n1) * row, 1.0), *v = gauss(&rng, (n0 + n1) * row, 1.0);
-            float *k2 = gauss(&rng, n1 * row, 1.0), *v2 = gauss(&rng, n1 * row, 1.0);
+            float *k = cr_gauss(&rng, (n0 + n1) * row, 1.0), *v = cr_gauss(&rng, (n0 + n1) * row, 1.0);
+            float *k2 = cr_gauss(&rng, n1 * row, 1.0), *v2 = cr_gauss(&rng, n1 * row, 1.0);
             for (int l = 0; l < 2; l++) {
                 CHECK_OK(kvq_cache_append(a, l, k, v, n0 + n1));   /* a: n0 + n1 tokens, then back to n0 */
                 CHECK_OK(kvq_cache_append(b, l, k, v, n0));        /* b: only n0 */
@@ -640,7 +524,7 @@ static void test_truncate(kvq_pool *pool) {
                 CHECK_OK(kvq_cache_append(b, l, k2, v2, n1));
             }
             const size_t nq = 4, on = nq * HQ * (size_t)d;
-            float *q = gauss(&rng, on, 1.0), *oa = malloc(on * sizeof *oa), *ob = malloc(on * sizeof *ob);
+            float *q = cr_gauss(&rng, on, 1.0), *oa = malloc(on * sizeof *oa), *ob = malloc(on * sizeof *ob);
             for (int l = 0; l < 2; l++) {
                 CHECK_OK(kvq_cache_attend(a, l, q, nq, HQ, n0 + n1 - nq, 0.125f, oa, pool));
                 CHECK_OK(kvq_cache_attend(b, l, q, nq, HQ, n0 + n1 - nq, 0.125f, ob, pool));
@@ -670,12 +554,12 @@ static void test_truncate(kvq_pool *pool) {
 static void test_outliers(void) {
     tu_rng rng = {19};
     const int H = 2, d = 128;
-    kvq_cache_config cfg = base_cfg(1, H, d, "tq-mse:4+outliers=8", "tq-mse:3+outliers=16");
+    kvq_cache_config cfg = cr_base_cfg(1, H, d, "tq-mse:4+outliers=8", "tq-mse:3+outliers=16");
     cfg.outlier_calib_tokens = 50;
     kvq_cache *c;
     CHECK_OK(kvq_cache_create(&c, &cfg));
     const size_t row = (size_t)H * d;
-    float *k = gauss(&rng, 200 * row, 1.0), *v = gauss(&rng, 200 * row, 1.0);
+    float *k = cr_gauss(&rng, 200 * row, 1.0), *v = cr_gauss(&rng, 200 * row, 1.0);
     for (size_t i = 0; i < 200; i++) { /* head 0: channels 10..17 loud; head 1: 100..107 */
         for (int j = 0; j < 8; j++) k[i * row + 10 + j] *= 20, k[i * row + d + 100 + j] *= 20;
     }
@@ -704,7 +588,7 @@ static void test_memory(void) {
     tu_rng rng = {23};
     const int H = 4, d = 128;
     const int f16l[1] = {2};
-    kvq_cache_config cfg = base_cfg(3, H, d, "tq-mse:4", "tq-mse:2");
+    kvq_cache_config cfg = cr_base_cfg(3, H, d, "tq-mse:4", "tq-mse:2");
     cfg.f16_layers = f16l;
     cfg.n_f16_layers = 1;
     cfg.f16_window = 32;
@@ -715,7 +599,7 @@ static void test_memory(void) {
     CHECK(kvq_cache_bytes_per_token(c) == (size_t)H * (2 * (kb + vb) + 2 * fb), "bytes per token %zu",
           kvq_cache_bytes_per_token(c));
     const size_t ctx = 1000, row = (size_t)H * d;
-    float *k = gauss(&rng, ctx * row, 1.0), *v = gauss(&rng, ctx * row, 1.0);
+    float *k = cr_gauss(&rng, ctx * row, 1.0), *v = cr_gauss(&rng, ctx * row, 1.0);
     for (int l = 0; l < 3; l++) CHECK_OK(kvq_cache_append(c, l, k, v, ctx));
     /* compressed layers: positions [0, 968) in ceil(968/256) = 4 pages, a 32-token f16 ring;
      * the f16 layer: 1000 tokens in 4 pages of f16 */
@@ -729,7 +613,7 @@ static void test_memory(void) {
 /* ---- bad arguments ------------------------------------------------------------- */
 static void test_errors(void) {
     kvq_cache *c = NULL;
-    kvq_cache_config cfg = base_cfg(2, 2, 64, "tq-mse:4", "qjl");
+    kvq_cache_config cfg = cr_base_cfg(2, 2, 64, "tq-mse:4", "qjl");
     CHECK(kvq_cache_create(&c, &cfg) == KVQ_ERR_NO_DECODE, "key-only V");
     cfg.v_spec = "tq-prod:3";
     CHECK(kvq_cache_create(&c, &cfg) == KVQ_ERR_NO_DECODE, "tq-prod as V");
@@ -809,7 +693,7 @@ static void test_errors(void) {
     CHECK(kvq_cache_len(c, 0) == 4 && kvq_cache_len(c, 9) == 0 && kvq_cache_len(NULL, 0) == 0, "len");
     /* values that do not fit f16 storage */
     kvq_cache *cf;
-    kvq_cache_config cf16 = base_cfg(1, 2, 64, "f16", "f16");
+    kvq_cache_config cf16 = cr_base_cfg(1, 2, 64, "f16", "f16");
     CHECK_OK(kvq_cache_create(&cf, &cf16));
     k[0] = 1e6f;
     CHECK(kvq_cache_append(cf, 0, k, v, 1) == KVQ_ERR_RANGE && kvq_cache_len(cf, 0) == 0, "f16 range");

@@ -39,6 +39,7 @@ static void random_configs(tu_rng *r) {
         cfg.f16_window = (tu_next(r) % 3) ? (int)(tu_next(r) % 300) : 0;
         cfg.compress_sliding = (int)(tu_next(r) % 2);
         cfg.outlier_calib_tokens = (int)(tu_next(r) % 400);
+        cfg.sink_tokens = (tu_next(r) % 3) ? 0 : (int)(tu_next(r) % 300); /* an f16 sink, also beyond a page */
         for (int l = 0; l < cfg.n_layers; l++) {
             uint64_t x = tu_next(r) % 6;
             sliding[l] = x == 0 ? 0 : x == 1 ? 1 : x == 2 ? 64 : (int)(1 + tu_next(r) % 700);
@@ -62,8 +63,8 @@ static void random_configs(tu_rng *r) {
         int r2 = cache_memory_plan_sim(c, n, batch, &a2, &p2);
         int r3 = kvq_cache_memory_plan(c, n, batch, &a3, NULL);
         if (r1 || r2 || r3 || a1 != a2 || p1 != p2 || a3 != a2) {
-            CHECK(0, "random config %d (%d layers, window %d, calib %d, %s/%s) n %zu batch %zu: plan %zu/%zu (%d), "
-                  "simulated %zu/%zu (%d)", it, cfg.n_layers, cfg.f16_window, cfg.outlier_calib_tokens, cfg.k_spec,
+            CHECK(0, "random config %d (%d layers, window %d, calib %d, sink %d, %s/%s) n %zu batch %zu: plan %zu/%zu (%d), "
+                  "simulated %zu/%zu (%d)", it, cfg.n_layers, cfg.f16_window, cfg.outlier_calib_tokens, cfg.sink_tokens, cfg.k_spec,
                   cfg.v_spec, n, batch, a1, p1, r1, a2, p2, r2);
             bad++;
         }

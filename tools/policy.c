@@ -140,7 +140,8 @@ void tool_policy_json(const tool_policy *p, FILE *f) {
     fprintf(f, "\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"window\":%d,\"f16_layers\":[", name, p->k_spec, p->v_spec,
             p->f16_window);
     for (int i = 0; i < p->n_f16_layers; i++) fprintf(f, "%s%d", i ? "," : "", p->f16_layers[i]);
-    fprintf(f, "],\"compress_sliding\":%d,\"calib_tokens\":%d", p->compress_sliding, p->calib_tokens);
+    fprintf(f, "],\"compress_sliding\":%d,\"calib_tokens\":%d,\"sink_tokens\":%d", p->compress_sliding,
+            p->calib_tokens, p->sink_tokens);
 }
 
 static int spec_bits(const char *spec, int d, double *bits) {

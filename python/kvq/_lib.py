@@ -57,6 +57,7 @@ class CacheConfig(Structure):
         ("sliding_window", POINTER(c_int)),
         ("compress_sliding", c_int), ("outlier_calib_tokens", c_int),
         ("seed", c_uint64), ("reference_kernels", c_int),
+        ("sink_tokens", c_int),
     ]
 
 
@@ -66,6 +67,7 @@ class PolicyStruct(Structure):
         ("f16_window", c_int),
         ("f16_layers", c_int * KVQ_POLICY_MAX_F16), ("n_f16_layers", c_int),
         ("compress_sliding", c_int), ("calib_tokens", c_int),
+        ("sink_tokens", c_int),
     ]
 
 
@@ -100,6 +102,7 @@ class SessionParams(Structure):
         ("seed", c_uint64), ("n_batch", c_int), ("isa", c_int), ("f32_acts", c_int),
         ("kv_hook", c_void_p), ("kv_hook_user", c_void_p),
         ("attn_hook", c_void_p), ("attn_hook_user", c_void_p),
+        ("sink_tokens", c_int),
     ]
 
 

@@ -49,7 +49,7 @@ class Policy:
     @classmethod
     def from_fields(cls, k_spec: str = "f16", v_spec: str = "f16", f16_window: int = 0,
                     f16_layers: Sequence[int] = (), compress_sliding: bool = False,
-                    calib_tokens: int = 0) -> "Policy":
+                    calib_tokens: int = 0, sink_tokens: int = 0) -> "Policy":
         """The policy of these fields, written as a policy string and parsed by kvq_policy_parse."""
         for name, spec in (("k_spec", k_spec), ("v_spec", v_spec)):
             if not isinstance(spec, str):
@@ -64,6 +64,8 @@ class Policy:
             parts.append("sliding=1")
         if calib_tokens:
             parts.append(f"calib={check_int(calib_tokens, 'calib_tokens', 1, 2**20)}")
+        if sink_tokens:
+            parts.append(f"sink={check_int(sink_tokens, 'sink_tokens', 0, 1024)}")
         return cls(",".join(parts))
 
     @property
@@ -97,12 +99,17 @@ class Policy:
     def calib_tokens(self) -> int:
         return self._s.calib_tokens
 
+    @property
+    def sink_tokens(self) -> int:
+        """The first positions kept f16 for good (attention sinks; 0 = none)."""
+        return self._s.sink_tokens
+
     def replace(self, **fields) -> "Policy":
         """A copy with some fields changed (k_spec, v_spec, f16_window, f16_layers,
-        compress_sliding, calib_tokens), parsed again."""
+        compress_sliding, calib_tokens, sink_tokens), parsed again."""
         cur = dict(k_spec=self.k_spec, v_spec=self.v_spec, f16_window=self.f16_window,
                    f16_layers=self.f16_layers, compress_sliding=self.compress_sliding,
-                   calib_tokens=self.calib_tokens)
+                   calib_tokens=self.calib_tokens, sink_tokens=self.sink_tokens)
         bad = set(fields) - set(cur)
         if bad:
             raise TypeError(f"unknown policy fields {sorted(bad)}")
@@ -669,6 +676,11 @@ class KVCacheBuilder:
 
     def with_calib_tokens(self, n: int) -> "KVCacheBuilder":
         self._fields["calib_tokens"] = n
+        return self
+
+    def with_sink_tokens(self, n: int = 1) -> "KVCacheBuilder":
+        """Keep the first n positions in f16 for good (attention sinks; policy sink=n)."""
+        self._fields["sink_tokens"] = n
         return self
 
     def with_policy(self, policy: Union[str, Policy]) -> "KVCacheBuilder":

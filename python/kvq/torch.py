@@ -47,8 +47,10 @@ __all__ = [
 ]
 
 #: What the CUDA attention kernels serve (docs/CUDA.md "What is served").
-SERVED_ATTENTION = ("head dim 128 with f16 scales; K in f16, q8, tq-mse:1/2/4, rvq:1/2/4, tq-prod:2/3/5, "
-                    "qjl; V in f16, q8, tq-mse:1/2/4, rvq:1/2/4 (options +norot, +scale=norm, +cb=gauss)")
+SERVED_ATTENTION = ("head dims 32, 64, 96, 128, 256, f16 or f32 scales; K in f16, q8, tq-mse:1..8, rvq:1..4, "
+                    "tq-prod, qjl; V in f16, q8, tq-mse:1..8, rvq:1..4 (options +norot, +scale=norm, +cb=gauss); "
+                    "the tensor-core kernels at 128 for K tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl (m = d), f16, q8, "
+                    "the generic kernel for the rest")
 
 _DTYPE_CODE = {torch.float32: 0, torch.float16: 1}
 
@@ -115,7 +117,7 @@ class CudaPlan:
     """A device copy of a :class:`kvq.Plan`'s tables (kvq_cuda_plan_create), on the current CUDA device.
 
     UnsupportedError for methods the CUDA encoder does not serve (f32, bf16, q4, polar, +outliers,
-    +center, +chscale, dense rotations) or dims it does not serve. The CPU plan is kept (``plan``).
+    +center, +chscale) or dims it does not serve (rotated methods: multiples of 32 up to 512). The CPU plan is kept (``plan``).
     """
 
     def __init__(self, plan: Plan, device: Union[torch.device, str, int, None] = None) -> None:

@@ -96,7 +96,7 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     const int H = c->H, d = c->d;
     const size_t row = (size_t)H * d;
     if (ntok > SIZE_MAX / 8 / row || L->len > SIZE_MAX / 4 - ntok) return KVQ_ERR_OVERFLOW;
-    const int via_f16 = !L->compressed || L->window > 0 || L->calib_tokens > 0;
+    const int via_f16 = !L->compressed || L->window > 0 || L->calib_tokens > 0 || L->len < L->sink;
     int rc = check_values(k, ntok * row, via_f16);
     if (!rc) rc = check_values(v, ntok * row, via_f16);
     if (rc) return rc;
@@ -119,11 +119,28 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     uint8_t *ntail = NULL;
     const int new_tail = cap != L->tail_cap;
     if (new_tail && cap && !(ntail = malloc(cap * (size_t)H * 2 * 2 * (size_t)d))) rc = KVQ_ERR_NOMEM;
+    uint8_t *nsink = NULL; /* the sink, with the layer's first token */
+    if (!rc && L->sink && !L->sinkbuf && !(nsink = malloc(sink_bytes(c, L)))) rc = KVQ_ERR_NOMEM;
+    uint8_t *const sink = L->sinkbuf ? L->sinkbuf : nsink;
 
-    /* 3. pages, then encode positions [L->main_end, main_end) */
-    if (!rc) rc = store_reserve(L, L->main_end, main_end);
+    /* 3. pages, then encode positions [L->main_end, main_end) (those below
+     * the sink size are kept f16 in the sink) */
+    if (!rc) rc = store_reserve(L, L->main_end > L->sink ? L->main_end : L->sink, main_end);
     uint8_t h16[2 * KVQ_DIM_MAX];
-    for (size_t p = L->main_end; p < main_end && !rc; p++) {
+    for (size_t p = L->main_end; p < main_end && p < L->sink && !rc; p++) {
+        for (int h = 0; h < H; h++) {
+            uint8_t *kd = sink + ((size_t)h * L->sink + p) * 2 * (size_t)d;
+            uint8_t *vd = sink + ((size_t)(H + h) * L->sink + p) * 2 * (size_t)d;
+            if (p < old_len) { /* leaves the tail */
+                memcpy(kd, tail_k(c, L, h, p), 2 * (size_t)d);
+                memcpy(vd, tail_v(c, L, h, p), 2 * (size_t)d);
+            } else {
+                row_to_f16(k + (p - old_len) * row + (size_t)h * d, kd, d);
+                row_to_f16(v + (p - old_len) * row + (size_t)h * d, vd, d);
+            }
+        }
+    }
+    for (size_t p = L->main_end > L->sink ? L->main_end : L->sink; p < main_end && !rc; p++) {
         uint8_t *page = store_page(L, p);
         const size_t slot = p % L->page_tokens;
         const int src_f16 = W > 0 || (L->calib_tokens && p < L->calib_tokens);
@@ -150,12 +167,14 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     if (rc) { /* roll back: nothing visible has changed */
         store_trim(L, L->main_end);
         free(ntail);
+        free(nsink);
         free_head_plans(nk, H);
         free_head_plans(nv, H);
         return rc;
     }
 
     /* 4. commit */
+    if (nsink) L->sinkbuf = nsink;
     if (calibrate) {
         L->khead = nk;
         L->vhead = nv;

@@ -101,6 +101,7 @@ static int layer_init(kvq_cache *c, int l, int f16_layer, int sliding, int compr
         L->kb = kb;
         L->vb = vb;
         L->window = c->window;
+        L->sink = sliding ? 0 : c->sink; /* a sliding window drops the first tokens anyway */
         /* a sliding layer's tail never needs more than the window (so that
          * main_end >= base after every append) */
         if (sliding && L->window > (size_t)sliding - 1) L->window = (size_t)sliding - 1;
@@ -121,7 +122,8 @@ static int layer_init(kvq_cache *c, int l, int f16_layer, int sliding, int compr
 int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg) {
     if (!out || !cfg) return KVQ_ERR_NULL;
     if (cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 || cfg->n_kv_heads > 4096 || cfg->f16_window < 0 ||
-        cfg->n_f16_layers < 0 || cfg->outlier_calib_tokens < 0 || (cfg->n_f16_layers > 0 && !cfg->f16_layers))
+        cfg->n_f16_layers < 0 || cfg->outlier_calib_tokens < 0 || (cfg->n_f16_layers > 0 && !cfg->f16_layers) ||
+        cfg->sink_tokens < 0 || cfg->sink_tokens > KVQ_SINK_MAX)
         return KVQ_ERR_INVALID_ARG;
     if (cfg->head_dim < KVQ_DIM_MIN || cfg->head_dim > KVQ_DIM_MAX || cfg->head_dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
     for (int i = 0; i < cfg->n_f16_layers; i++)
@@ -139,6 +141,7 @@ int kvq_cache_create(kvq_cache **out, const kvq_cache_config *cfg) {
     c->H = cfg->n_kv_heads;
     c->d = cfg->head_dim;
     c->window = (size_t)cfg->f16_window;
+    c->sink = (size_t)cfg->sink_tokens;
     c->calib_tokens = cfg->outlier_calib_tokens ? (size_t)cfg->outlier_calib_tokens : CACHE_DEFAULT_CALIB;
     c->reference = cfg->reference_kernels != 0;
     c->isa = c->reference ? KVQ_ISA_SCALAR : kvq_cpu_isa();

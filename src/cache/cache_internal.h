@@ -10,9 +10,13 @@
  *   - the f16 tail: a ring of f16 records for the newest positions (the f16
  *     window, and the first tokens of a layer whose +outliers plans are not
  *     calibrated yet), position p at slot p % tail_cap
- *       K (h, slot): tail + (h * cap + slot) * 2d,  V: after the H * cap K records.
- * Positions [base, main_end) are in the main store, [main_end, len) in the
- * tail. Sliding-window layers free main-store pages that no future query can
+ *       K (h, slot): tail + (h * cap + slot) * 2d,  V: after the H * cap K records;
+ *   - the f16 sink: the first S positions (policy sink=S, global compressed
+ *     layers), kept f16 for good instead of being encoded when they leave
+ *     the tail; position p < S at
+ *       K (h, p): sink + (h * S + p) * 2d,  V: after the H * S K records.
+ * Positions [base, main_end) are in the main store (those below S in the
+ * sink), [main_end, len) in the tail. Sliding-window layers free main-store pages that no future query can
  * see (base grows), which makes their page table a ring of pages.
  */
 #ifndef KVQ_CACHE_INTERNAL_H
@@ -38,6 +42,7 @@ typedef struct cache_layer {
     int compressed;      /* the main store uses the policy's methods (else f16) */
     size_t window;       /* effective f16 window W (0 if the layer is f16) */
     size_t calib_tokens; /* > 0: per-head +outliers plans built from the first calib_tokens tokens */
+    size_t sink;         /* S: positions [0, S) go to the f16 sink instead of the main store */
     int ready;           /* main-store plans exist (always, unless waiting for calibration) */
     size_t page_tokens;  /* P */
     size_t kb, vb;       /* record bytes in the main store */
@@ -52,6 +57,7 @@ typedef struct cache_layer {
     int n_spare;
     size_t base;         /* first position held */
     size_t main_end;     /* the main store holds [base, main_end) */
+    uint8_t *sinkbuf;    /* the f16 sink (H * S * 2 records of 2d bytes), allocated with the first token */
     /* f16 tail */
     uint8_t *tail;
     size_t tail_cap;     /* tokens */
@@ -62,6 +68,7 @@ struct kvq_cache {
     int n_layers, H, d;
     size_t window;            /* cfg f16_window */
     size_t calib_tokens;      /* cfg outlier_calib_tokens (resolved) */
+    size_t sink;              /* cfg sink_tokens */
     int k_calib, v_calib;     /* K / V spec needs calibration */
     int reference;            /* scalar reference kernels */
     kvq_isa isa;              /* ISA of the cache's own kernels (softmax) */
@@ -104,6 +111,14 @@ static inline uint8_t *tail_k(const kvq_cache *c, const cache_layer *L, int h, s
 static inline uint8_t *tail_v(const kvq_cache *c, const cache_layer *L, int h, size_t pos) {
     return L->tail + ((size_t)(c->H + h) * L->tail_cap + pos % L->tail_cap) * 2 * (size_t)c->d;
 }
+static inline uint8_t *sink_k(const kvq_cache *c, const cache_layer *L, int h, size_t pos) {
+    return L->sinkbuf + ((size_t)h * L->sink + pos) * 2 * (size_t)c->d;
+}
+static inline uint8_t *sink_v(const kvq_cache *c, const cache_layer *L, int h, size_t pos) {
+    return L->sinkbuf + ((size_t)(c->H + h) * L->sink + pos) * 2 * (size_t)c->d;
+}
+/* Bytes of a layer's f16 sink. */
+static inline size_t sink_bytes(const kvq_cache *c, const cache_layer *L) { return L->sink * (size_t)c->H * 4 * (size_t)c->d; }
 /* Page holding main-store position pos (which must be in [base, main_end) or being written). */
 static inline uint8_t *store_page(const cache_layer *L, size_t pos) { return L->pages[pos / L->page_tokens - L->first_page]; }
 
@@ -116,7 +131,7 @@ void store_trim(cache_layer *L, size_t end);
 void store_evict(cache_layer *L, size_t pos);
 /* Frees every page and spare. */
 void store_release(cache_layer *L);
-/* Bytes held by a layer's K/V data (pages, spares, tail). */
+/* Bytes held by a layer's K/V data (pages, spares, sink, tail). */
 size_t store_bytes(const kvq_cache *c, const cache_layer *L);
 /*
  * The longest run of records of head h starting at position a (base <= a < b

@@ -9,11 +9,13 @@
  *   ready     = ready || len + ntok >= calib_tokens        (+outliers plans)
  *   main_end  = max(main_end, len + ntok - W)  when ready   (W: f16 window)
  *   pages     exist for main-store positions [first_page * P, main_end),
- *             new ones taken from the spares first
+ *             from the page of position S on (positions below S, policy
+ *             sink=S, are in the f16 sink), new ones taken from the spares first
  *   tail_cap  = ready ? W : max(W, calib_tokens)
  *   sliding layers then drop whole pages below len_old + 1 - Wl (at most
  *   CACHE_MAX_SPARE of them kept as spares)
  *   bytes     = (pages + spares) * page_bytes + tail_cap * H * 2 * 2 * d
+ *             + (len > 0 ? S * H * 2 * 2 * d : 0)
  *
  * Global layers only grow, so their state after n tokens does not depend on
  * the batches: closed form. A sliding layer, appended to in batches of b:
@@ -56,8 +58,9 @@ static void sim_append(const cache_layer *L, sim_layer *s, size_t ntok) {
         size_t t = new_len > W ? new_len - W : 0;
         if (t > main_end) main_end = t;
     }
-    if (main_end > s->main_end) { /* store_reserve(main_end_old, main_end) */
-        size_t first = s->main_end / P, last = (main_end - 1) / P;
+    const size_t from = s->main_end > L->sink ? s->main_end : L->sink; /* below S: the sink */
+    if (main_end > from) { /* store_reserve(max(main_end_old, S), main_end) */
+        size_t first = from / P, last = (main_end - 1) / P;
         if (s->n_pages == 0) s->first_page = first;
         size_t need = last + 1 - s->first_page;
         if (need > s->n_pages) { /* new pages come from the spares first */
@@ -87,7 +90,8 @@ static size_t sim_bytes(const kvq_cache *c, const cache_layer *L, const sim_laye
     const size_t pages = s->n_pages + (size_t)s->n_spare, rec = (size_t)c->H * 4 * (size_t)c->d;
     if (pages && L->page_bytes > SIZE_MAX / 2 / pages) return SIZE_MAX;
     if (s->tail_cap && rec > SIZE_MAX / 2 / s->tail_cap) return SIZE_MAX;
-    return pages * L->page_bytes + s->tail_cap * rec;
+    /* the sink exists from the first token on (S <= KVQ_SINK_MAX: no overflow) */
+    return pages * L->page_bytes + s->tail_cap * rec + (s->len ? sink_bytes(c, L) : 0);
 }
 
 /* Global layer after n tokens (any batching): closed form. */
@@ -98,7 +102,10 @@ static void global_state(const cache_layer *L, size_t n, sim_layer *s) {
     if (n == 0) s->ready = L->calib_tokens == 0;
     const size_t W = L->window;
     s->main_end = s->ready && n > W ? n - W : 0;
-    s->n_pages = (s->main_end + L->page_tokens - 1) / L->page_tokens;
+    if (s->main_end > L->sink) { /* pages from the one holding position S on */
+        s->first_page = L->sink / L->page_tokens;
+        s->n_pages = (s->main_end + L->page_tokens - 1) / L->page_tokens - s->first_page;
+    }
     if (n > 0) s->tail_cap = s->ready ? W : (W > L->calib_tokens ? W : L->calib_tokens);
 }
 
@@ -164,7 +171,7 @@ typedef struct {
 } layer_class;
 
 static int same_geometry(const cache_layer *a, const cache_layer *b) {
-    return a->sliding == b->sliding && a->window == b->window && a->calib_tokens == b->calib_tokens &&
+    return a->sliding == b->sliding && a->window == b->window && a->calib_tokens == b->calib_tokens && a->sink == b->sink &&
            a->page_tokens == b->page_tokens && a->page_bytes == b->page_bytes;
 }
 

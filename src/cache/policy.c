@@ -97,6 +97,12 @@ static int parse_field(kvq_policy *p, const char *s, size_t n, int first, char *
         p->calib_tokens = (int)v;
         return KVQ_OK;
     }
+    if (n >= 5 && !strncmp(s, "sink=", 5)) {
+        if (parse_int(s + 5, n - 5, 0, KVQ_SINK_MAX, &v))
+            return fail(err, cap, bad, "bad value in '%.*s' (0..%d)", fl, s, KVQ_SINK_MAX);
+        p->sink_tokens = (int)v;
+        return KVQ_OK;
+    }
     if (first) { /* shorthand SPEC or KSPEC/VSPEC */
         const char *slash = memchr(s, '/', n);
         if (!slash) {
@@ -108,7 +114,7 @@ static int parse_field(kvq_policy *p, const char *s, size_t n, int first, char *
         }
         return KVQ_OK;
     }
-    return fail(err, cap, bad, "unknown policy field '%.*s' (fields: k= v= w= f16layers= sliding= calib=)", fl, s);
+    return fail(err, cap, bad, "unknown policy field '%.*s' (fields: k= v= w= f16layers= sliding= calib= sink=)", fl, s);
 }
 
 /* Checks a method spec by building a plan of it at the largest head dim
@@ -192,6 +198,10 @@ int kvq_policy_name(const kvq_policy *p, char *buf, size_t cap) {
         snprintf(num, sizeof num, ",calib=%d", p->calib_tokens);
         put(buf, cap, &pos, &cut, num);
     }
+    if (p->sink_tokens) {
+        snprintf(num, sizeof num, ",sink=%d", p->sink_tokens);
+        put(buf, cap, &pos, &cut, num);
+    }
     return cut ? KVQ_ERR_RANGE : KVQ_OK;
 }
 
@@ -204,4 +214,5 @@ void kvq_policy_to_cache_config(const kvq_policy *p, kvq_cache_config *cfg) {
     cfg->n_f16_layers = p->n_f16_layers;
     cfg->compress_sliding = p->compress_sliding;
     cfg->outlier_calib_tokens = p->calib_tokens;
+    cfg->sink_tokens = p->sink_tokens;
 }

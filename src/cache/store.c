@@ -50,6 +50,7 @@ int store_reserve(cache_layer *L, size_t from, size_t to) {
 
 void store_trim(cache_layer *L, size_t end) {
     const size_t P = L->page_tokens;
+    if (end <= L->sink) end = 0; /* the sink holds every position below S: no page needed */
     size_t keep_to = (end + P - 1) / P; /* absolute page index past the last page kept */
     while (L->n_pages > 0 && L->first_page + L->n_pages > keep_to) {
         L->n_pages--;
@@ -83,17 +84,27 @@ void store_release(cache_layer *L) {
     free(L->tail);
     L->tail = NULL;
     L->tail_cap = 0;
+    free(L->sinkbuf);
+    L->sinkbuf = NULL;
 }
 
 size_t store_bytes(const kvq_cache *c, const cache_layer *L) {
     size_t b = (L->n_pages + (size_t)L->n_spare) * L->page_bytes;
     b += L->tail_cap * (size_t)c->H * 2 * 2 * (size_t)c->d;
+    if (L->sinkbuf) b += sink_bytes(c, L);
     return b;
 }
 
 void store_segment(const kvq_cache *c, const cache_layer *L, int h, size_t a, size_t b, cache_seg *s) {
     s->pos = a;
-    if (a < L->main_end) {
+    if (a < L->sink && a < L->main_end) {
+        size_t end = L->sink < L->main_end ? L->sink : L->main_end;
+        s->n = (end < b ? end : b) - a;
+        s->k = sink_k(c, L, h, a);
+        s->v = sink_v(c, L, h, a);
+        s->kp = s->vp = c->f16;
+        s->dom = DOM_F16;
+    } else if (a < L->main_end) {
         const size_t P = L->page_tokens, slot = a % P;
         size_t end = a - slot + P;
         if (end > L->main_end) end = L->main_end;

@@ -25,7 +25,6 @@ static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1, "v_for
 
 using kvqa::D;
 using kvqa::QPB;
-using kvqa::SF;
 
 struct kvq_cuda_layer {
     const kvq_cuda_plan *k, *v;
@@ -40,6 +39,10 @@ struct kvq_cuda_layer {
     int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
     int pdl;  /* programmatic dependent launches (compute capability >= 9) */
     int force_ct; /* tiles per chunk forced by the tests (kvq_cuda_layer_force_chunk); 0: the rule */
+    int d;        /* head dim */
+    int gen;      /* the generic kernel (attn_kernel_gen.cuh) serves the pair */
+    int gen_smem, gen_wsmem; /* its dynamic shared memory: main pass, window pass (d != 128) */
+    kvqa::GenFmt gk, gv;
     void *ws;
     size_t ws_bytes;
 };
@@ -64,6 +67,48 @@ static int v_format(const kvq_cuda_plan *p) {
     return p->kind == KVQ_LAY_TQPROD || p->kind == KVQ_LAY_QJL ? -1 : k_format(p);
 }
 
+/* The generic kernel's view of a plan (K: kv = 0); KVQ_ERR_UNSUPPORTED for a record it does not read. */
+static int gen_format(const kvq_cuda_plan *p, int kv, kvqa::GenFmt *F) {
+    memset(F, 0, sizeof *F);
+    const int d = p->d;
+    switch (p->kind) {
+    case KVQ_LAY_F16:
+    case KVQ_LAY_Q8:
+    case KVQ_LAY_TQ:
+    case KVQ_LAY_RVQ: break;
+    case KVQ_LAY_TQPROD:
+    case KVQ_LAY_QJL:
+        if (kv) return KVQ_ERR_NO_DECODE;
+        if (p->m <= 0 || p->m > 2 * d || p->m % 8) return KVQ_ERR_UNSUPPORTED;
+        break;
+    default: return KVQ_ERR_UNSUPPORTED;
+    }
+    F->kind = p->kind;
+    F->bits = p->bits;
+    F->sb = p->sb;
+    F->m = p->m;
+    for (int f = 0; f < 4; f++) F->off[f] = p->L.off[f], F->size[f] = p->L.size[f];
+    F->qoff = p->kind == KVQ_LAY_QJL ? d : 0;
+    F->len = p->kind == KVQ_LAY_QJL ? p->m : p->kind == KVQ_LAY_TQPROD ? d + p->m : d;
+    const bool cb = p->kind == KVQ_LAY_TQ || p->kind == KVQ_LAY_RVQ || p->kind == KVQ_LAY_TQPROD;
+    F->n1 = cb ? p->n1 : 0;
+    F->c1 = cb ? p->c1 : NULL;
+    F->n2 = p->kind == KVQ_LAY_RVQ ? p->n2 : 0;
+    F->c2 = p->kind == KVQ_LAY_RVQ ? p->c2 : NULL;
+    return KVQ_OK;
+}
+/* The f16 rows of the window rings as the generic kernel reads them. */
+static kvqa::GenFmt gen_f16(int d) {
+    kvqa::GenFmt F;
+    memset(&F, 0, sizeof F);
+    F.kind = KVQ_LAY_F16;
+    F.sb = 2;
+    F.size[0] = 2 * d;
+    F.len = d;
+    return F;
+}
+static int gen_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
+
 /* Adds (or reuses) a lookup table; returns its offset. */
 static int add_lut(kvq_cuda_layer *L, const float **host_c, int w, const float *dev_c, const float *hc, int n) {
     for (int i = 0; i < L->nlut; i++)
@@ -85,10 +130,20 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
         return KVQ_ERR_INVALID_ARG;
     if (cfg->v->kind == KVQ_LAY_TQPROD || cfg->v->kind == KVQ_LAY_QJL) return KVQ_ERR_NO_DECODE;
     if (cfg->k->d != cfg->v->d) return KVQ_ERR_INVALID_ARG;
-    const int kf = k_format(cfg->k), vf = v_format(cfg->v);
-    if (kf < 0 || vf < 0) return cfg->k->d != D ? KVQ_ERR_UNSUPPORTED_DIM : KVQ_ERR_UNSUPPORTED;
+    const int kf = k_format(cfg->k), vf = v_format(cfg->v), d = cfg->k->d;
+    kvqa::GenFmt gk, gv;
+    const int gen = kf < 0 || vf < 0;
+    if (gen) {
+        /* the generic kernel: other head dims, 3- and 5..8-bit stages, f32 scales, other QJL sizes */
+        if (!gen_dim(d)) return KVQ_ERR_UNSUPPORTED_DIM;
+        int rc = gen_format(cfg->k, 0, &gk);
+        if (!rc) rc = gen_format(cfg->v, 1, &gv);
+        if (rc) return rc;
+    }
     kvq_cuda_layer *L = (kvq_cuda_layer *)calloc(1, sizeof *L);
     if (!L) return KVQ_ERR_NOMEM;
+    L->d = d;
+    L->gen = gen;
     L->k = cfg->k;
     L->v = cfg->v;
     L->H = cfg->n_kv_heads;
@@ -102,7 +157,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     L->kb = cfg->k->code_bytes;
     L->vb = cfg->v->code_bytes;
     L->page_bytes = (size_t)L->H * L->P * (L->kb + L->vb);
-    L->fn = k_table[kf][vf];
+    L->fn = gen ? NULL : k_table[kf][vf];
     const float *hc[4] = {0, 0, 0, 0};
     const kvq_cuda_plan *k = cfg->k, *v = cfg->v;
     const int kw = k->bits;
@@ -134,9 +189,23 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     q.lut_bytes = L->lut_bytes;
     L->wide = kf == KF_TQ4 && vf == VF_TQ4 && L->nlut == 1 && L->klut[0] == L->vlut[0];
     q.wide = L->wide;
-    int rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
+    int rc;
+    if (gen) {
+        L->gk = gk;
+        L->gv = gv;
+        L->nlut = 0;
+        L->lut_bytes = 0;
+        L->wide = 0;
+        L->nw = kvqa::GNW;
+        L->gen_smem = kvqa::gen_smem_floats(d, gk.len) * (int)sizeof(float);
+        L->gen_wsmem = kvqa::gen_smem_floats(d, d) * (int)sizeof(float);
+        q.d = d;
+        rc = kvq_attn_launch_gen(q, 0, 0, L->gen_smem, &L->occ);
+    } else {
+        rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
+    }
     if (!rc && L->occ < 1) rc = KVQ_ERR_UNSUPPORTED; /* does not fit the device */
-    if (!rc && L->W > 0) rc = kvq_attn_launch_window(q, 0, 0);
+    if (!rc && L->W > 0 && d == D) rc = kvq_attn_launch_window(q, 0, 0);
     if (rc) {
         free(L);
         return rc;
@@ -163,7 +232,7 @@ extern "C" void kvq_cuda_layer_free(kvq_cuda_layer *L) {
 
 extern "C" size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *L) { return L ? L->page_bytes : 0; }
 extern "C" size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *L, int n_seq) {
-    return L && n_seq > 0 ? (size_t)n_seq * 2 * L->H * L->W * D * 2 : 0;
+    return L && n_seq > 0 ? (size_t)n_seq * 2 * L->H * L->W * L->d * 2 : 0;
 }
 
 extern "C" int kvq_cuda_store_pages(const kvq_cuda_layer *L, int kv, void *pages, const void *x, kvq_dtype dtype,
@@ -182,10 +251,12 @@ extern "C" int kvq_cuda_store_pages(const kvq_cuda_layer *L, int kv, void *pages
                                   (cudaStream_t)stream);
 }
 
-__global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, long long n, int H, int W, int kv,
+/* One thread per value: value c of row (token t, head h), d per row. */
+__global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, long long n, int d, int H, int W, int kv,
                                     const int32_t *seq, const int32_t *pos, int *st) {
-    const long long row = blockIdx.x * (long long)(blockDim.x / D) + threadIdx.x / D;
-    const int c = threadIdx.x % D;
+    const long long gi = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long row = gi / d;
+    const int c = (int)(gi - row * d);
     if (row >= n) return;
     const long long t = row / H;
     const int h = (int)(row - t * H);
@@ -193,11 +264,11 @@ __global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, lo
     float v;
     int bad = 0;
     if (f16in) {
-        const uint16_t b = ((const uint16_t *)x)[row * D + c];
+        const uint16_t b = ((const uint16_t *)x)[row * d + c];
         if ((b & 0x7c00u) == 0x7c00u) bad = KVQ_ERR_NONFINITE;
         v = kvq_half_bits_to_float(b);
     } else {
-        v = ((const float *)x)[row * D + c];
+        v = ((const float *)x)[row * d + c];
         if (!isfinite(v)) bad = KVQ_ERR_NONFINITE;
         else if (v > 65504.0f || v < -65504.0f) bad = KVQ_ERR_RANGE;
     }
@@ -208,7 +279,7 @@ __global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, lo
     const size_t off = (((size_t)seq[t] * 2 + kv) * H + h) * W + (size_t)(pos[t] % W);
     /* a 16-bit store of the bits (a memcpy from the __half stored its low byte as
      * F2I.U8.F16 of the value with nvcc 13.0, sm_90: see store_scale in encode.cu) */
-    ring[off * D + c] = __half_as_ushort(__float2half_rn(v));
+    ring[off * d + c] = __half_as_ushort(__float2half_rn(v));
 }
 
 extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *window, const void *x, kvq_dtype dtype,
@@ -218,10 +289,9 @@ extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *wind
     if ((kv != 0 && kv != 1) || L->W <= 0 || (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16))
         return KVQ_ERR_INVALID_ARG;
     if (!ntok) return KVQ_OK;
-    const long long rows = (long long)ntok * L->H;
-    const int per = 256 / D;
-    store_window_kernel<<<(unsigned)((rows + per - 1) / per), per * D, 0, (cudaStream_t)stream>>>(
-        (uint16_t *)window, x, dtype == KVQ_DTYPE_F16, rows, L->H, L->W, kv, seq, pos, dev_status);
+    const long long rows = (long long)ntok * L->H, vals = rows * L->d;
+    store_window_kernel<<<(unsigned)((vals + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+        (uint16_t *)window, x, dtype == KVQ_DTYPE_F16, rows, L->d, L->H, L->W, kv, seq, pos, dev_status);
     return kvq_cuda_status(cudaGetLastError());
 }
 
@@ -229,16 +299,16 @@ extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *wind
 struct PrepParams {
     const float *q;
     float *qprep, *qraw;
-    int HQ;
+    int HQ, qf, m;
     float scale2; /* scale * log2(e) */
-    int rot, qjl;
-    const float *signs, *S;
+    int rot, qjl; /* rot: 0 none, 1 two-round Hadamard, 2 dense */
+    const float *signs, *Q, *S;
     float rs;
 };
 
-/* In-place Walsh-Hadamard transform of D values in shared memory, one thread per value. */
-__device__ __forceinline__ void fwht_block(float *y, int c) {
-    for (int h = 1; h < D; h <<= 1) {
+/* In-place Walsh-Hadamard transform of DD values in shared memory, one thread per value. */
+template <int DD> __device__ __forceinline__ void fwht_block(float *y, int c) {
+    for (int h = 1; h < DD; h <<= 1) {
         __syncthreads();
         float a = 0, b = 0;
         const bool lo = !(c & h);
@@ -249,62 +319,73 @@ __device__ __forceinline__ void fwht_block(float *y, int c) {
     __syncthreads();
 }
 
-__global__ void __launch_bounds__(D) prep_kernel(PrepParams pp) {
-    __shared__ float y[D];
+/* y = M x (M row-major DD x DD, x in shared memory), one thread per output. */
+template <int DD> __device__ __forceinline__ float matvec_row(const float *M, const float *x, int c) {
+    const float *r = M + (size_t)c * DD;
+    float acc = 0.f;
+    for (int j = 0; j < DD; j++) acc = fmaf(__ldg(r + j), x[j], acc);
+    return acc;
+}
+
+/* One block of DD threads per query head: q x scale x log2 e (qraw), rotated by the K plan
+ * (qprep[.. DD)), then S q~ for QJL keys (qprep[DD .. DD + m)). */
+template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams pp) {
+    __shared__ float y[DD], x0[DD];
     /* the main pass (launched as a programmatic dependent) may start now: it builds its
      * tables and waits (pdl_wait) before it reads the prepared queries */
     kvqa::pdl_launch_dependents();
     const int s = blockIdx.y, hq = blockIdx.x, c = threadIdx.x;
     const size_t row = (size_t)s * pp.HQ + hq;
-    const float x = pp.q[row * D + c] * pp.scale2;
-    pp.qraw[row * D + c] = x;
-    if (pp.rot) {
+    const float x = pp.q[row * DD + c] * pp.scale2;
+    pp.qraw[row * DD + c] = x;
+    if (pp.rot == 1) {
         y[c] = x * pp.signs[c] * pp.rs;
-        fwht_block(y, c);
-        y[c] *= pp.signs[D + c] * pp.rs;
-        fwht_block(y, c);
+        fwht_block<DD>(y, c);
+        y[c] *= pp.signs[DD + c] * pp.rs;
+        fwht_block<DD>(y, c);
+    } else if (pp.rot == 2) {
+        x0[c] = x;
+        __syncthreads();
+        y[c] = matvec_row<DD>(pp.Q, x0, c);
+        __syncthreads();
     } else {
         y[c] = x;
         __syncthreads();
     }
-    pp.qprep[row * 2 * D + c] = y[c];
-    if (pp.qjl) {
-        float acc = 0;
-        const float *Sr = pp.S + (size_t)c * D;
-        for (int j = 0; j < D; j++) acc = fmaf(Sr[j], y[j], acc);
-        pp.qprep[row * 2 * D + D + c] = acc;
-    }
+    pp.qprep[row * pp.qf + c] = y[c];
+    if (pp.qjl)
+        for (int i = c; i < pp.m; i += DD) pp.qprep[row * pp.qf + DD + i] = matvec_row<DD>(pp.S, y, i);
 }
 
 struct MergeParams {
     const float *part;
     float *out;
     const int32_t *main_len, *win_len;
-    int H, HQ, G, QG, nchunk, chunk_tokens;
-    int rot;
-    const float *signs;
+    int H, HQ, G, QG, nchunk, chunk_tokens, sf;
+    int rot; /* the V plan's: 0 none, 1 two-round Hadamard, 2 dense (Qt: the transpose) */
+    const float *signs, *Qt;
     float rs;
 };
 
-/* The merge with one block per query head (D threads, one per coordinate; was one block of
+/* The merge with one block per query head (DD threads, one per coordinate; was one block of
  * 256 threads per group of 8 heads with 4 threads forming the weights: 11.3 us at 16 x 32K,
  * latency of dependent loads): the chunks' (m, l) in parallel into shared memory, every
  * thread forms the weights itself (same order of sums), its coordinate's accumulators,
- * the inverse rotation by fwht_block. */
-__global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
+ * the inverse rotation by fwht_block (or the dense transpose). */
+template <int DD> __global__ void __launch_bounds__(DD) merge_q_kernel(MergeParams mp) {
     extern __shared__ float msm[];
     kvqa::pdl_wait(); /* the partial states of the previous kernels */
     const int s = blockIdx.y, hq = blockIdx.x, h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
-    const int NC = mp.nchunk + 1, c = threadIdx.x;
-    float *ms = msm, *ls = ms + NC, *y = ls + NC, *yw = y + D;
+    const int NC = mp.nchunk + 1, c = threadIdx.x, SFd = mp.sf;
+    float *ms = msm, *ls = ms + NC, *y = ls + NC, *yw = y + DD;
     const int len = mp.main_len[s];
     const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const bool win = mp.win_len && mp.win_len[s] > 0;
-    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SF;
-    for (int ch = c; ch < NC; ch += D) {
+    const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SFd;
+    for (int ch = c; ch < NC; ch += DD) {
         const bool used = ch < nused || (ch == mp.nchunk && win);
-        ms[ch] = used ? base[(size_t)ch * SF + q] : -INFINITY;
-        ls[ch] = used ? base[(size_t)ch * SF + QPB + q] : 0.f;
+        ms[ch] = used ? base[(size_t)ch * SFd + q] : -INFINITY;
+        ls[ch] = used ? base[(size_t)ch * SFd + QPB + q] : 0.f;
     }
     __syncthreads();
     float M = -INFINITY;
@@ -319,23 +400,53 @@ __global__ void __launch_bounds__(D) merge_q_kernel(MergeParams mp) {
     for (int ch = 0; ch < nused; ch++) {
         const float m = ms[ch];
         const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        const float v = base[(size_t)ch * SF + 2 * QPB + q * D + c]; /* a used chunk's state is written */
+        const float v = base[(size_t)ch * SFd + 2 * QPB + q * DD + c]; /* a used chunk's state is written */
         if (w != 0.f) acc += w * v;
     }
     if (win) {
         const float m = ms[mp.nchunk];
         const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        if (w != 0.f) accw = w * base[(size_t)mp.nchunk * SF + 2 * QPB + q * D + c];
+        if (w != 0.f) accw = w * base[(size_t)mp.nchunk * SFd + 2 * QPB + q * DD + c];
     }
     y[c] = acc;
     yw[c] = accw;
-    if (mp.rot) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
-        fwht_block(y, c);
-        y[c] *= mp.signs[D + c] * mp.rs;
-        fwht_block(y, c);
+    float r = acc;
+    if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+        fwht_block<DD>(y, c);
+        y[c] *= mp.signs[DD + c] * mp.rs;
+        fwht_block<DD>(y, c);
         y[c] *= mp.signs[c] * mp.rs;
+        r = y[c];
+    } else if (mp.rot == 2) { /* x = Q^T y */
+        __syncthreads();
+        r = matvec_row<DD>(mp.Qt, y, c);
     }
-    mp.out[((size_t)s * mp.HQ + hq) * D + c] = L > 0 ? (y[c] + yw[c]) / L : 0.f;
+    mp.out[((size_t)s * mp.HQ + hq) * DD + c] = L > 0 ? (r + yw[c]) / L : 0.f;
+}
+
+/* prep and merge at the head dims of the backend's attention */
+#define KVQ_ATTN_DIMS(X) X(32) X(64) X(96) X(128) X(256)
+static int launch_prep(int d, dim3 grid, cudaStream_t st, const PrepParams &pp) {
+    switch (d) {
+#define KVQ_PREP_CASE(DD) \
+    case DD: prep_kernel<DD><<<grid, DD, 0, st>>>(pp); break;
+        KVQ_ATTN_DIMS(KVQ_PREP_CASE)
+#undef KVQ_PREP_CASE
+    default: return KVQ_ERR_UNSUPPORTED_DIM;
+    }
+    return kvq_cuda_status(cudaGetLastError());
+}
+static int launch_merge(int d, dim3 grid, size_t msm, cudaStream_t st, bool pdl, const MergeParams &mp) {
+    switch (d) {
+#define KVQ_MERGE_CASE(DD)                                                                                       \
+    case DD:                                                                                                     \
+        if (msm > 48 * 1024)                                                                                     \
+            KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm)); \
+        return kvqa::launch_kernel(merge_q_kernel<DD>, grid, dim3(DD), msm, st, pdl, mp);
+        KVQ_ATTN_DIMS(KVQ_MERGE_CASE)
+#undef KVQ_MERGE_CASE
+    }
+    return KVQ_ERR_UNSUPPORTED_DIM;
 }
 
 /* Tiles per chunk of the main pass for a batch (the split-K rule, or the tests' forced size). */
@@ -346,12 +457,16 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
     return kvqa::chunk_tiles(tiles, items, L->sms * L->occ, L->nw, L->wide);
 }
 
+/* Floats of a prepared query: the rotated query (d), then S q~ (m) for QJL keys; at least 2d (the
+ * tensor-core kernels read S q~ at d). */
+static int layer_qf(const kvq_cuda_layer *L) { return L->d + (L->k->m > L->d ? L->k->m : L->d); }
+
 /* Workspace floats of a batch with nchunk chunks: prepared queries, scaled queries, partial states. */
 static size_t ws_floats(const kvq_cuda_layer *L, int n_seq, int nchunk, size_t *f_qprep, size_t *f_qraw) {
     const size_t nq = (size_t)n_seq * L->HQ;
-    *f_qprep = nq * 2 * D;
-    *f_qraw = nq * D;
-    return *f_qprep + *f_qraw + (size_t)n_seq * L->H * L->QG * (nchunk + 1) * SF;
+    *f_qprep = nq * layer_qf(L);
+    *f_qraw = nq * L->d;
+    return *f_qprep + *f_qraw + (size_t)n_seq * L->H * L->QG * (nchunk + 1) * kvqa::state_floats(L->d);
 }
 
 extern "C" size_t kvq_cuda_attend_workspace_bytes(const kvq_cuda_layer *L, int n_seq, int max_main_len) {
@@ -440,14 +555,19 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     pp.qprep = qprep;
     pp.qraw = qraw;
     pp.HQ = L->HQ;
+    pp.qf = layer_qf(L);
+    pp.m = L->k->m;
     pp.scale2 = scale * 1.4426950408889634f;
-    pp.rot = L->k->rot == 1;
+    pp.rot = L->k->rot;
     pp.qjl = L->k->kind == KVQ_LAY_TQPROD || L->k->kind == KVQ_LAY_QJL;
     pp.signs = L->k->signs;
+    pp.Q = L->k->Q;
     pp.S = L->k->S;
     pp.rs = L->k->rot_s;
-    prep_kernel<<<dim3(L->HQ, b->n_seq), D, 0, st>>>(pp);
-    KVQ_CU_TRY(cudaGetLastError());
+    {
+        const int rc = launch_prep(L->d, dim3(L->HQ, b->n_seq), st, pp);
+        if (rc) return rc;
+    }
 
     kvqa::AttnParams p;
     memset(&p, 0, sizeof p);
@@ -470,7 +590,11 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.win_len = win ? b->win_len : NULL;
     p.window = (const uint8_t *)b->window;
     p.qprep = qprep;
-    p.qf = 2 * D;
+    p.qf = layer_qf(L);
+    p.d = L->d;
+    p.sf = kvqa::state_floats(L->d);
+    p.gk = L->gk;
+    p.gv = L->gv;
     p.qraw = qraw;
     p.part = part;
     p.nchunk = nchunk;
@@ -486,14 +610,21 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.wide = L->wide;
     p.pdl = L->pdl;
     if (nchunk > 0) {
-        int rc = L->fn(p, 1, st, NULL, NULL, NULL);
+        int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);
         if (rc) return rc;
     }
     if (win) {
         kvqa::AttnParams pw = p;
         pw.nlut = 0;
         pw.lut_bytes = 0;
-        int rc = kvq_attn_launch_window(pw, 1, st);
+        int rc;
+        if (L->d == D) {
+            rc = kvq_attn_launch_window(pw, 1, st);
+        } else { /* the generic kernel on the f16 rings */
+            pw.gk = pw.gv = gen_f16(L->d);
+            pw.gen_win = 1;
+            rc = kvq_attn_launch_gen(pw, 1, st, L->gen_wsmem, NULL);
+        }
         if (rc) return rc;
     }
     MergeParams mp;
@@ -507,13 +638,13 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.QG = L->QG;
     mp.nchunk = nchunk;
     mp.chunk_tokens = 16 * ct;
-    mp.rot = L->v->rot == 1;
+    mp.sf = kvqa::state_floats(L->d);
+    mp.rot = L->v->rot;
     mp.signs = L->v->signs;
+    mp.Qt = L->v->Qt;
     mp.rs = L->v->rot_s;
-    /* one block of D threads per query head; a programmatic dependent of the main pass (or
+    /* one block of d threads per query head; a programmatic dependent of the main pass (or
      * the window pass) where the device takes it: its launch overlaps their end */
-    const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * D) * sizeof(float);
-    if (msm > 48 * 1024)
-        KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
-    return kvqa::launch_kernel(merge_q_kernel, dim3(L->HQ, b->n_seq), dim3(D), msm, st, L->pdl, mp);
+    const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * L->d) * sizeof(float);
+    return launch_merge(L->d, dim3(L->HQ, b->n_seq), msm, st, L->pdl, mp);
 }

@@ -125,6 +125,10 @@ inline int chunk_tiles(int tiles, long long items, int slots, int nw, bool wide)
         using namespace kvqa;                                                                                 \
         return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
     }
+/* The generic kernel at head dim p.d (attn_gen.cu: 32, 64, 96, 128, 256; else
+ * KVQ_ERR_UNSUPPORTED_DIM), smem bytes of dynamic shared memory (kvqa::gen_smem_floats); do_launch = 0
+ * only sets it up and reports the resident blocks per SM (occ). p.gen_win: the window pass. */
+int kvq_attn_launch_gen(const kvqa::AttnParams &p, int do_launch, cudaStream_t st, int smem, int *occ);
 /* The f16 window pass (defined with the F16 instantiations); do_launch = 0 only sets it up. */
 int kvq_attn_launch_window(const kvqa::AttnParams &p, int do_launch, cudaStream_t st);
 

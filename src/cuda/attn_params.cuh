@@ -11,14 +11,27 @@
 
 namespace kvqa {
 
-constexpr int D = 128;                /* head dim of the attention kernels */
+constexpr int D = 128;                /* head dim of the tensor-core kernels */
 constexpr int QPB = 8;                /* query heads per block */
 constexpr int SF = 2 * QPB + QPB * D; /* floats of a partial state: m[8], l[8], acc[8][D] */
+/* floats of a partial state at head dim d (the generic kernel, the merge) */
+__host__ __device__ constexpr int state_floats(int d) { return 2 * QPB + QPB * d; }
 
 struct LutDesc {
     int off; /* byte offset in the LUT region */
     int w;   /* 4, 2, 1; 0 = signs {-1, +1} */
     const float *c;
+};
+
+/* A record format as the generic kernel reads it (attn_kernel_gen.cuh): the layout's kind, bits,
+ * scale bytes, QJL rows and fields; for K the prepared query's part it is scored on (qoff, len;
+ * V: len = d); the codebooks (device). */
+struct GenFmt {
+    int kind, bits, sb, m;
+    int off[4], size[4];
+    int qoff, len;
+    int n1, n2;
+    const float *c1, *c2;
 };
 
 struct AttnParams {
@@ -41,6 +54,9 @@ struct AttnParams {
     int lut_bytes;        /* stage buffers start here */
     int wide;             /* 4-bit K and V sharing one table: the wide-table kernel (attn_kernel_w4) */
     int pdl;              /* the device takes programmatic dependent launches (sm_90+) */
+    int d, sf;            /* head dim, floats of a partial state (state_floats(d)) */
+    GenFmt gk, gv;        /* the generic kernel's K and V formats */
+    int gen_win;          /* the generic kernel's window pass (gk, gv: f16 rows of the rings) */
 };
 
 } /* namespace kvqa */

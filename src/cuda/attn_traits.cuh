@@ -237,6 +237,14 @@ struct WTraits {
     static constexpr int OUT = 16 * (2 + D / 2 + 2);
     static constexpr int SMEM = WLUT + NW * STAGES * OUT;
 };
+/* The generic kernel (attn_kernel_gen.cuh): tiles of GT tokens, GNT threads; its shared memory
+ * for head dim d and K rows of klen values (queries, rows, probabilities, rescales, codebooks). */
+constexpr int GT = 32, GNT = 128, GNW = GNT / 32;
+static_assert(2 * GNW == QPB, "a warp of the generic kernel takes two query heads of the group");
+KVQ_HD int gen_smem_floats(int d, int klen) {
+    const int buf = GT * (klen + 1 > d ? klen + 1 : d);
+    return QPB * klen + buf + QPB * GT + QPB + 4 * 256;
+}
 static_assert(WTraits::NW * WTraits::STAGES * 8 <= 256, "V code slots: 8 half rows each");
 static_assert(WTraits::TPW == 64, "two page registers per lane");
 static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits::NW * WTraits::STAGES * WTraits::OUT,

@@ -37,6 +37,7 @@ struct kvq_cuda_plan {
     float qjl_k;      /* sqrtf(pi/2)/m, as the CPU QJL score computes it */
     int n1, n2;
     float *signs;     /* device, 2d */
+    float *Q, *Qt;    /* device, rot 2 (dense, non-power-of-two d): Q (y = Q x) and its transpose, d x d */
     float *c1, *t1;   /* device codebook 1 (n1 centroids, n1-1 boundaries) */
     float *c2, *t2;   /* device codebook 2 (rvq) */
     float *S;         /* device QJL matrix m x d */

@@ -42,6 +42,8 @@ extern "C" int kvq_cuda_device_count(void) {
 extern "C" void kvq_cuda_plan_free(kvq_cuda_plan *p) {
     if (!p) return;
     cudaFree(p->signs);
+    cudaFree(p->Q);
+    cudaFree(p->Qt);
     cudaFree(p->c1);
     cudaFree(p->t1);
     cudaFree(p->c2);
@@ -58,13 +60,16 @@ extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
     kvq_plan_tables t;
     int rc = kvq_plan_export(plan, &t);
     if (rc) return rc;
-    if (t.kind == KVQ_LAY_NONE || t.rot == 2) return KVQ_ERR_UNSUPPORTED;
+    if (t.kind == KVQ_LAY_NONE) return KVQ_ERR_UNSUPPORTED;
     const int d = t.d;
     if (t.kind == KVQ_LAY_F16 || t.kind == KVQ_LAY_Q8) {
         if (d % 8 || d > 512) return KVQ_ERR_UNSUPPORTED_DIM;
-    } else if (!is_pow2(d) || d < 32 || d > 512) {
+    } else if (d < 32 || d > 512 || d % 32) {
+        /* rotated methods: a warp per vector, d / 32 values a lane (powers of two: the Hadamard
+         * rotation; other multiples of 32: the dense one) */
         return KVQ_ERR_UNSUPPORTED_DIM;
     }
+    if (t.rot == 1 && !is_pow2(d)) return KVQ_ERR_UNSUPPORTED;
     if ((t.kind == KVQ_LAY_QJL || t.kind == KVQ_LAY_TQPROD) && t.m % 32) return KVQ_ERR_UNSUPPORTED;
     kvq_cuda_plan *p = (kvq_cuda_plan *)calloc(1, sizeof *p);
     if (!p) return KVQ_ERR_NOMEM;
@@ -85,6 +90,17 @@ extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
     for (int i = 0; i < t.n2; i++) p->hc2[i] = t.c2[i];
     if ((size_t)p->L.bytes != t.code_bytes) rc = KVQ_ERR_UNSUPPORTED;
     if (!rc && t.rot == 1) rc = upload(&p->signs, t.signs, 2 * (size_t)d);
+    if (!rc && t.rot == 2) {
+        rc = upload(&p->Q, t.rot_mat, (size_t)d * d);
+        float *qt = (float *)malloc((size_t)d * d * sizeof(float));
+        if (!qt) rc = KVQ_ERR_NOMEM;
+        if (!rc) {
+            for (int i = 0; i < d; i++)
+                for (int j = 0; j < d; j++) qt[(size_t)j * d + i] = t.rot_mat[(size_t)i * d + j];
+            rc = upload(&p->Qt, qt, (size_t)d * d);
+        }
+        free(qt);
+    }
     if (!rc) rc = upload(&p->c1, t.c1, (size_t)t.n1);
     if (!rc && t.n1 > 1) rc = upload(&p->t1, t.t1, (size_t)t.n1 - 1);
     if (!rc) rc = upload(&p->c2, t.c2, (size_t)t.n2);
@@ -116,7 +132,7 @@ struct EncParams {
     int d;
     kvq_layout L;
     kvq_enc_out out;
-    const float *signs, *c1, *t1, *c2, *t2, *St;
+    const float *signs, *Q, *c1, *t1, *c2, *t2, *St;
     int n1, n2, m, sb, scale_norm, bits, rot;
     float rot_s;
     int *status;
@@ -247,20 +263,25 @@ __device__ __forceinline__ void qjl_signs_warp(const EncParams &P, const float *
     }
 }
 
-/* Loads the EPT values of lane (elements lane*EPT + e) of vector v; returns 1 if all finite. */
-template <int EPT> __device__ __forceinline__ int load_row(const EncParams &P, long long v, float x[EPT], int lane) {
+/* Loads the values of lane (elements lane*ept + e, e < ept) of vector v; returns 1 if all
+ * finite. RT: ept = d / 32 at run time (non-power-of-two d), EPT its bound; else ept = EPT. */
+template <int EPT, bool RT>
+__device__ __forceinline__ int load_row(const EncParams &P, long long v, float x[EPT], int ept, int lane) {
     int ok = 1;
     if (P.f16in) {
-        const __half *src = (const __half *)P.x + (size_t)v * P.d + lane * EPT;
+        const __half *src = (const __half *)P.x + (size_t)v * P.d + lane * ept;
 #pragma unroll
         for (int e = 0; e < EPT; e++) {
-            const uint16_t hb = ((const uint16_t *)src)[e];
-            ok &= (hb & 0x7c00u) != 0x7c00u;
-            x[e] = kvq_half_bits_to_float(hb);
+            x[e] = 0.f;
+            if (e < ept) {
+                const uint16_t hb = ((const uint16_t *)src)[e];
+                ok &= (hb & 0x7c00u) != 0x7c00u;
+                x[e] = kvq_half_bits_to_float(hb);
+            }
         }
     } else {
-        const float *src = (const float *)P.x + (size_t)v * P.d + lane * EPT;
-        if (EPT % 4 == 0) {
+        const float *src = (const float *)P.x + (size_t)v * P.d + lane * ept;
+        if (!RT && EPT % 4 == 0) {
 #pragma unroll
             for (int e = 0; e < EPT; e += 4) {
                 float4 q = *(const float4 *)(src + e);
@@ -268,7 +289,7 @@ template <int EPT> __device__ __forceinline__ int load_row(const EncParams &P, l
             }
         } else {
 #pragma unroll
-            for (int e = 0; e < EPT; e++) x[e] = src[e];
+            for (int e = 0; e < EPT; e++) x[e] = e < ept ? src[e] : 0.f;
         }
 #pragma unroll
         for (int e = 0; e < EPT; e++) ok &= isfinite(x[e]) ? 1 : 0;
@@ -276,49 +297,74 @@ template <int EPT> __device__ __forceinline__ int load_row(const EncParams &P, l
     return __all_sync(KVQ_FULL_MASK, ok);
 }
 
-/* Rotated methods (tq-mse, tq-prod, rvq) and qjl, d = 32 * EPT. */
-template <int KIND, int EPT> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_rot_kernel(EncParams P) {
-    constexpr int D = 32 * EPT;
-    __shared__ float s_tab[4 * 256 + 2 * D];
-    __shared__ float s_buf[ENC_WARPS][D];
-    __shared__ uint8_t s_idx[ENC_WARPS][D];
-    __shared__ __align__(16) uint8_t s_rec[ENC_WARPS][2 * D + 16];
+/* The dense rotation y = Q x (rot 2, non-power-of-two d) as the scalar matvec computes it:
+ * row i's sequential float sum of Q[i][j] x[j] (no FMA); x staged in buf (shared). */
+template <int EPT>
+__device__ __forceinline__ void dense_rot_warp(const EncParams &P, float y[EPT], float *buf, int ept, int lane) {
+    const int d = P.d;
+#pragma unroll
+    for (int e = 0; e < EPT; e++)
+        if (e < ept) buf[lane * ept + e] = y[e];
+    __syncwarp();
+#pragma unroll
+    for (int e = 0; e < EPT; e++) {
+        if (e >= ept) break;
+        const float *row = P.Q + (size_t)(lane * ept + e) * d;
+        float acc = 0.f;
+        for (int j = 0; j < d; j++) acc = __fadd_rn(acc, __fmul_rn(__ldg(row + j), buf[j]));
+        y[e] = acc;
+    }
+    __syncwarp();
+}
+
+/* Rotated methods (tq-mse, tq-prod, rvq) and qjl. !RT: d = 32 * EPT, a power of two (Hadamard
+ * or no rotation); RT: any d = 32 * ept <= 32 * EPT (the dense rotation, or none). */
+template <int KIND, int EPT, bool RT> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_rot_kernel(EncParams P) {
+    constexpr int DM = 32 * EPT;
+    __shared__ float s_tab[4 * 256 + 2 * DM];
+    __shared__ float s_buf[ENC_WARPS][DM];
+    __shared__ uint8_t s_idx[ENC_WARPS][DM];
+    __shared__ __align__(16) uint8_t s_rec[ENC_WARPS][2 * DM + 16];
+    const int d = RT ? P.d : DM, ept = RT ? P.d / 32 : EPT;
     float *c1 = s_tab, *t1 = s_tab + 256, *c2 = s_tab + 512, *t2 = s_tab + 768, *sg = s_tab + 1024;
     for (int i = threadIdx.x; i < P.n1; i += blockDim.x) c1[i] = P.c1[i];
     for (int i = threadIdx.x; i < P.n1 - 1; i += blockDim.x) t1[i] = P.t1[i];
     for (int i = threadIdx.x; i < P.n2; i += blockDim.x) c2[i] = P.c2[i];
     for (int i = threadIdx.x; i < P.n2 - 1; i += blockDim.x) t2[i] = P.t2[i];
-    if (P.rot == 1)
-        for (int i = threadIdx.x; i < 2 * D; i += blockDim.x) sg[i] = P.signs[i];
+    if (!RT && P.rot == 1)
+        for (int i = threadIdx.x; i < 2 * DM; i += blockDim.x) sg[i] = P.signs[i];
     __syncthreads();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     float *buf = s_buf[w];
     uint8_t *idx = s_idx[w], *rec = s_rec[w];
-    const double dd = (double)D;
+    const double dd = (double)d;
     for (long long v = (long long)blockIdx.x * ENC_WARPS + w; v < P.n; v += (long long)gridDim.x * ENC_WARPS) {
         float y[EPT];
-        if (!load_row<EPT>(P, v, y, lane)) {
+        if (!load_row<EPT, RT>(P, v, y, ept, lane)) {
             if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
             continue;
         }
-        if (KIND != KVQ_LAY_QJL && P.rot == 1) {
+        if (KIND != KVQ_LAY_QJL && !RT && P.rot == 1) {
             const float s = P.rot_s;
 #pragma unroll
             for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(__fmul_rn(y[e], sg[lane * EPT + e]), s);
             fwht_warp<EPT>(y, lane);
 #pragma unroll
-            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(y[e], __fmul_rn(sg[D + lane * EPT + e], s));
+            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(y[e], __fmul_rn(sg[DM + lane * EPT + e], s));
             fwht_warp<EPT>(y, lane);
         }
+        if (KIND != KVQ_LAY_QJL && RT && P.rot == 2) dense_rot_warp<EPT>(P, y, buf, ept, lane);
         double ss = 0;
 #pragma unroll
-        for (int e = 0; e < EPT; e++) ss += (double)y[e] * (double)y[e];
+        for (int e = 0; e < EPT; e++)
+            if (e < ept) ss += (double)y[e] * (double)y[e];
         ss = warp_sum_d(ss);
         int rc = KVQ_OK;
         if (KIND == KVQ_LAY_QJL) {
             rc = store_scale(P, rec, (float)sqrt(ss));
 #pragma unroll
-            for (int e = 0; e < EPT; e++) buf[lane * EPT + e] = y[e];
+            for (int e = 0; e < EPT; e++)
+                if (e < ept) buf[lane * ept + e] = y[e];
             __syncwarp();
             qjl_signs_warp(P, buf, rec + P.L.off[KVQ_QJL_SIGNS], lane);
         } else if (KIND == KVQ_LAY_RVQ) {
@@ -331,24 +377,26 @@ template <int KIND, int EPT> __global__ void __launch_bounds__(32 * ENC_WARPS) e
                 float u = __fmul_rn(y[e], inv);
                 i1[e] = quantize(t1, P.n1, u);
                 r[e] = __fsub_rn(u, c1[i1[e]]);
-                rr += (double)r[e] * (double)r[e];
+                if (e < ept) rr += (double)r[e] * (double)r[e];
             }
             rr = warp_sum_d(rr);
             const float sigma = (float)sqrt(rr / dd), rinv = sigma > 0 ? 1.0f / sigma : 0.0f;
 #pragma unroll
-            for (int e = 0; e < EPT; e++) {
-                idx[lane * EPT + e] = (uint8_t)i1[e];
-                buf[lane * EPT + e] = __int_as_float(quantize(t2, P.n2, __fmul_rn(r[e], rinv)));
-            }
+            for (int e = 0; e < EPT; e++)
+                if (e < ept) {
+                    idx[lane * ept + e] = (uint8_t)i1[e];
+                    buf[lane * ept + e] = __int_as_float(quantize(t2, P.n2, __fmul_rn(r[e], rinv)));
+                }
             rc = store_scale(P, rec + P.L.off[KVQ_RVQ_S1], s1);
             if (!rc) rc = store_scale(P, rec + P.L.off[KVQ_RVQ_S2], __fmul_rn(s1, sigma));
             __syncwarp();
-            pack_strided(idx, D, P.bits, rec + P.L.off[KVQ_RVQ_IDX1], lane);
+            pack_strided(idx, d, P.bits, rec + P.L.off[KVQ_RVQ_IDX1], lane);
             __syncwarp();
 #pragma unroll
-            for (int e = 0; e < EPT; e++) idx[lane * EPT + e] = (uint8_t)__float_as_int(buf[lane * EPT + e]);
+            for (int e = 0; e < EPT; e++)
+                if (e < ept) idx[lane * ept + e] = (uint8_t)__float_as_int(buf[lane * ept + e]);
             __syncwarp();
-            pack_strided(idx, D, P.bits, rec + P.L.off[KVQ_RVQ_IDX2], lane);
+            pack_strided(idx, d, P.bits, rec + P.L.off[KVQ_RVQ_IDX2], lane);
         } else { /* tq-mse, tq-prod: tq_quantize_ref */
             int id[EPT];
             float g;
@@ -365,28 +413,29 @@ template <int KIND, int EPT> __global__ void __launch_bounds__(32 * ENC_WARPS) e
                 for (int e = 0; e < EPT; e++) {
                     id[e] = quantize(t1, P.n1, __fmul_rn(y[e], s));
                     const double c = (double)c1[id[e]];
-                    yc += (double)y[e] * c;
-                    cc += c * c;
+                    if (e < ept) yc += (double)y[e] * c, cc += c * c;
                 }
                 yc = warp_sum_d(yc);
                 cc = warp_sum_d(cc);
                 g = P.scale_norm || cc == 0 ? (float)(nrm / sqrt(dd)) : (float)(yc / cc);
             }
 #pragma unroll
-            for (int e = 0; e < EPT; e++) idx[lane * EPT + e] = (uint8_t)id[e];
+            for (int e = 0; e < EPT; e++)
+                if (e < ept) idx[lane * ept + e] = (uint8_t)id[e];
             rc = store_scale(P, rec, g);
             __syncwarp();
-            pack_strided(idx, D, P.bits, rec + P.L.off[KVQ_TQ_IDX], lane);
+            pack_strided(idx, d, P.bits, rec + P.L.off[KVQ_TQ_IDX], lane);
             if (KIND == KVQ_LAY_TQPROD && !rc) {
                 /* residual against the scale actually stored (m_tq_prod.c) */
                 const float gs = load_scale(P, rec);
                 double rr = 0;
 #pragma unroll
-                for (int e = 0; e < EPT; e++) {
-                    y[e] = __fsub_rn(y[e], __fmul_rn(gs, c1[id[e]]));
-                    rr += (double)y[e] * (double)y[e];
-                    buf[lane * EPT + e] = y[e];
-                }
+                for (int e = 0; e < EPT; e++)
+                    if (e < ept) {
+                        y[e] = __fsub_rn(y[e], __fmul_rn(gs, c1[id[e]]));
+                        rr += (double)y[e] * (double)y[e];
+                        buf[lane * ept + e] = y[e];
+                    }
                 rr = warp_sum_d(rr);
                 rc = store_scale(P, rec + P.L.off[KVQ_TQPROD_RNORM], (float)sqrt(rr));
                 __syncwarp();
@@ -467,13 +516,17 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
     }
 }
 
-template <int KIND> static void launch_rot(int EPT, dim3 g, cudaStream_t st, const EncParams &P) {
-    switch (EPT) {
-    case 1: enc_rot_kernel<KIND, 1><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
-    case 2: enc_rot_kernel<KIND, 2><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
-    case 4: enc_rot_kernel<KIND, 4><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
-    case 8: enc_rot_kernel<KIND, 8><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
-    default: enc_rot_kernel<KIND, 16><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+template <int KIND> static void launch_rot(int d, dim3 g, cudaStream_t st, const EncParams &P) {
+    switch (d) {
+    case 32: enc_rot_kernel<KIND, 1, false><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 64: enc_rot_kernel<KIND, 2, false><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 128: enc_rot_kernel<KIND, 4, false><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 256: enc_rot_kernel<KIND, 8, false><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    case 512: enc_rot_kernel<KIND, 16, false><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
+    default: /* other multiples of 32 up to 512 (plan creation checked) */
+        if (d <= 256) enc_rot_kernel<KIND, 8, true><<<g, 32 * ENC_WARPS, 0, st>>>(P);
+        else enc_rot_kernel<KIND, 16, true><<<g, 32 * ENC_WARPS, 0, st>>>(P);
+        break;
     }
 }
 
@@ -490,6 +543,7 @@ int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtyp
     P.L = p->L;
     P.out = out;
     P.signs = p->signs;
+    P.Q = p->Q;
     P.c1 = p->c1;
     P.t1 = p->t1;
     P.c2 = p->c2;
@@ -508,14 +562,13 @@ int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtyp
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     size_t blocks = (n + ENC_WARPS - 1) / ENC_WARPS, cap = (size_t)sms * 16;
     dim3 g((unsigned)(blocks < cap ? blocks : cap));
-    const int EPT = p->d / 32;
     switch (p->kind) {
     case KVQ_LAY_F16: enc_plain_kernel<KVQ_LAY_F16><<<g, 32 * ENC_WARPS, 0, stream>>>(P); break;
     case KVQ_LAY_Q8: enc_plain_kernel<KVQ_LAY_Q8><<<g, 32 * ENC_WARPS, 0, stream>>>(P); break;
-    case KVQ_LAY_TQ: launch_rot<KVQ_LAY_TQ>(EPT, g, stream, P); break;
-    case KVQ_LAY_TQPROD: launch_rot<KVQ_LAY_TQPROD>(EPT, g, stream, P); break;
-    case KVQ_LAY_QJL: launch_rot<KVQ_LAY_QJL>(EPT, g, stream, P); break;
-    case KVQ_LAY_RVQ: launch_rot<KVQ_LAY_RVQ>(EPT, g, stream, P); break;
+    case KVQ_LAY_TQ: launch_rot<KVQ_LAY_TQ>(p->d, g, stream, P); break;
+    case KVQ_LAY_TQPROD: launch_rot<KVQ_LAY_TQPROD>(p->d, g, stream, P); break;
+    case KVQ_LAY_QJL: launch_rot<KVQ_LAY_QJL>(p->d, g, stream, P); break;
+    case KVQ_LAY_RVQ: launch_rot<KVQ_LAY_RVQ>(p->d, g, stream, P); break;
     default: return KVQ_ERR_UNSUPPORTED;
     }
     return kvq_cuda_status(cudaGetLastError());

@@ -144,6 +144,7 @@ void kvq_session_params_set_policy(kvq_session_params *p, const kvq_policy *poli
     p->n_f16_layers = cc.n_f16_layers;
     p->compress_sliding = cc.compress_sliding;
     p->calib_tokens = cc.outlier_calib_tokens;
+    p->sink_tokens = cc.sink_tokens;
 }
 
 /* ---- samplers ------------------------------------------------------------------ */

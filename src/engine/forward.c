@@ -126,6 +126,7 @@ int kvq_session_create(kvq_session **out, const kvq_model *m, const kvq_session_
     cc.n_f16_layers = p.n_f16_layers;
     cc.compress_sliding = p.compress_sliding;
     cc.outlier_calib_tokens = p.calib_tokens;
+    cc.sink_tokens = p.sink_tokens;
     cc.seed = p.seed;
     int any_swa = 0;
     for (int l = 0; l < c->n_layers; l++) any_swa |= c->sliding_window[l] > 0;

@@ -31,6 +31,7 @@
 
 #include <vector>
 
+#include "attn_kernel_gen.cuh"
 #include "attn_traits.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
@@ -303,6 +304,95 @@ template <class VF> static void host_check_v(const char *spec) {
     kvq_plan_free(h.p);
 }
 
+/* In-place unnormalised Walsh-Hadamard transform in double. */
+static void fwht_d(std::vector<double> &x) {
+    const int n = (int)x.size();
+    for (int h = 1; h < n; h <<= 1)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                const double a = x[j], b = x[j + h];
+                x[j] = a + b, x[j + h] = a - b;
+            }
+}
+
+/* The generic kernel's decoder (gen_value, attn_kernel_gen.cuh) on the host, on CPU records laid out
+ * in a field-major page of 16 slots: for V methods its values rotated back (double) equal kvq_decode;
+ * for tq-prod / qjl keys each value equals the estimator's term computed from the record itself. */
+template <int DD> static int host_check_gen(const char *spec) {
+    kvq_plan *p;
+    if (kvq_plan_create(&p, spec, DD, 21, NULL, 0)) return 0;
+    kvq_plan_tables t;
+    OK(kvq_plan_export(p, &t));
+    const kvq_layout L = kvq_layout_make(t.kind, DD, t.bits, t.m, t.scale_bytes);
+    GenFmt F;
+    memset(&F, 0, sizeof F);
+    F.kind = t.kind, F.bits = t.bits, F.sb = t.scale_bytes, F.m = t.m;
+    for (int f = 0; f < 4; f++) F.off[f] = L.off[f], F.size[f] = L.size[f];
+    F.len = t.kind == KVQ_LAY_QJL ? t.m : t.kind == KVQ_LAY_TQPROD ? DD + t.m : DD;
+    const int P = 16, n = 16;
+    Rng r{77};
+    std::vector<float> x((size_t)n * DD);
+    for (auto &v : x) v = (float)(r.gauss() * 3.0);
+    std::vector<uint8_t> rec((size_t)n * L.bytes), page((size_t)n * L.bytes, 0xA5);
+    OK(kvq_encode(p, x.data(), KVQ_DTYPE_F32, n, rec.data()));
+    for (int sl = 0; sl < n; sl++)
+        for (int f = 0; f < L.nfield; f++)
+            memcpy(&page[kvq_layout_page_offset(&L, f, P, sl, 0)], &rec[(size_t)sl * L.bytes + L.off[f]], L.size[f]);
+    const float kconst = t.m ? sqrtf(3.14159265358979323846f / 2) / (float)t.m : 0.f;
+    const float sdd = 1.0f / sqrtf((float)DD);
+    double worst = 0;
+    for (int sl = 0; sl < n; sl++) {
+        const uint8_t *rc = &rec[(size_t)sl * L.bytes];
+        std::vector<double> y(F.len);
+        for (int j = 0; j < F.len; j++) y[j] = gen_value<DD>(F, page.data(), P, sl, j, kconst, t.c1, t.c2);
+        if (t.kind == KVQ_LAY_TQPROD || t.kind == KVQ_LAY_QJL) {
+            const int no = t.kind == KVQ_LAY_QJL ? L.off[0] : L.off[2], so = t.kind == KVQ_LAY_QJL ? L.off[1] : L.off[3];
+            const int j0 = t.kind == KVQ_LAY_QJL ? 0 : DD;
+            const double nr = gen_scale(rc + no, F.sb), g = gen_scale(rc, F.sb);
+            for (int j = 0; j < F.len; j++) {
+                double want;
+                if (j < j0) want = g * t.c1[strided_get(rc + L.off[1], DD, t.bits, j)];
+                else want = kconst * nr * (((rc[so + (j - j0) / 8] >> ((j - j0) % 8)) & 1) ? 1.0 : -1.0);
+                const double e = fabs(y[j] - want) / (fabs(want) + 1e-30);
+                if (e > worst) worst = e;
+            }
+            continue;
+        }
+        std::vector<double> xr(DD);
+        if (t.rot == 1) { /* rot_apply_inv: x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+            std::vector<double> v(y.begin(), y.end());
+            fwht_d(v);
+            for (int c = 0; c < DD; c++) v[c] *= (double)t.signs[DD + c] * sdd;
+            fwht_d(v);
+            for (int c = 0; c < DD; c++) xr[c] = v[c] * (double)t.signs[c] * sdd;
+        } else if (t.rot == 2) { /* Q^T y */
+            for (int c = 0; c < DD; c++) {
+                double a = 0;
+                for (int i = 0; i < DD; i++) a += (double)t.rot_mat[(size_t)i * DD + c] * y[i];
+                xr[c] = a;
+            }
+        } else {
+            for (int c = 0; c < DD; c++) xr[c] = y[c];
+        }
+        float dec[512];
+        OK(kvq_decode(p, rc, 1, dec));
+        double mx = 0, e = 0;
+        for (int c = 0; c < DD; c++) mx = fmax(mx, fabs(dec[c])), e = fmax(e, fabs(xr[c] - dec[c]));
+        if (e / (mx + 1e-30) > worst) worst = e / (mx + 1e-30);
+    }
+    EXPECT(worst <= 1e-5, "generic decoder %s d=%d: rel err %.3e", spec, DD, worst);
+    kvq_plan_free(p);
+    return 1;
+}
+template <int DD> static void host_check_gen_dim(void) {
+    static const char *specs[] = {"f16", "q8", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:5",
+                                  "tq-mse:8", "tq-mse:3+scale32", "tq-mse:4+norot", "rvq:1", "rvq:2", "rvq:3",
+                                  "rvq:4", "rvq:2+scale32", "tq-prod:3", "tq-prod:4", "qjl", "qjl:64"};
+    int n = 0;
+    for (const char *sp : specs) n += host_check_gen<DD>(sp);
+    EXPECT(n == (int)(sizeof specs / sizeof *specs), "d=%d: %d of the generic decoder's specs made plans", DD, n);
+}
+
 static void host_checks(void) {
     /* swizzles are permutations inside a tile */
     {
@@ -344,6 +434,11 @@ static void host_checks(void) {
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
+    host_check_gen_dim<32>();
+    host_check_gen_dim<64>();
+    host_check_gen_dim<96>();
+    host_check_gen_dim<128>();
+    host_check_gen_dim<256>();
 }
 
 /* ---- part 2: device checks ----------------------------------------------------- */
@@ -367,13 +462,14 @@ static int test_encode(bool quick) {
                                   "tq-mse:8", "tq-mse:4+scale32", "tq-mse:3+scale=norm", "tq-mse:2+cb=gauss",
                                   "tq-mse:4+norot", "tq-prod:2", "tq-prod:3", "tq-prod:5", "qjl", "qjl:64",
                                   "rvq:1", "rvq:2", "rvq:3", "rvq:4", "rvq:2+scale32"};
-    static const int dims[] = {32, 64, 128, 256, 512};
+    /* 96 and 384: the dense rotation (not powers of two) */
+    static const int dims[] = {32, 64, 96, 128, 256, 384, 512};
     static const size_t counts[] = {1, 37, 1003};
     long long total = 0, mism = 0, mism_best = 0;
     Rng r{1234};
     for (const char *spec : specs)
         for (int d : dims) {
-            if (quick && d != 128) continue;
+            if (quick && d != 128 && d != 96) continue;
             kvq_plan *p, *ps;
             if (kvq_plan_create(&p, spec, d, 99, NULL, 0)) continue;
             OK(kvq_plan_clone_isa(&ps, p, KVQ_ISA_SCALAR));
@@ -486,6 +582,7 @@ struct AttnCase {
     int H, HQ, P, W;
     std::vector<int> main_len, win_len;
     int force_ct = 0; /* tiles per chunk (kvq_cuda_layer_force_chunk), 0: the library's rule */
+    int d = D;        /* head dim */
 };
 /* internal (attn.cu), for the tests */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
@@ -499,12 +596,12 @@ static void get_record(const std::vector<uint8_t> &pages, const kvq_layout &L, s
 }
 
 static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
-    const int H = tc.H, HQ = tc.HQ, G = HQ / H, P = tc.P, W = tc.W;
+    const int H = tc.H, HQ = tc.HQ, G = HQ / H, P = tc.P, W = tc.W, d = tc.d;
     const int n_seq = (int)tc.main_len.size();
     Rng r{seed};
     kvq_plan *kp, *vp;
-    OK(kvq_plan_create(&kp, tc.k, D, seed + 1, NULL, 0));
-    OK(kvq_plan_create(&vp, tc.v, D, seed + 2, NULL, 0));
+    OK(kvq_plan_create(&kp, tc.k, d, seed + 1, NULL, 0));
+    OK(kvq_plan_create(&vp, tc.v, d, seed + 2, NULL, 0));
     kvq_cuda_plan *ckp, *cvp;
     OK(kvq_cuda_plan_create(&ckp, kp));
     OK(kvq_cuda_plan_create(&cvp, vp));
@@ -546,13 +643,13 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     }
     for (int s = 0; s < n_seq; s++) {
         const int n = tc.main_len[s] + (W ? tc.win_len[s] : 0);
-        K[s].resize((size_t)n * H * D);
-        V[s].resize((size_t)n * H * D);
+        K[s].resize((size_t)n * H * d);
+        V[s].resize((size_t)n * H * d);
         for (int t = 0; t < n; t++) {
             const double km = exp(r.uni() - 0.5);
-            for (int i = 0; i < H * D; i++) {
-                K[s][(size_t)t * H * D + i] = (float)(r.gauss() * km);
-                V[s][(size_t)t * H * D + i] = (float)r.gauss();
+            for (int i = 0; i < H * d; i++) {
+                K[s][(size_t)t * H * d + i] = (float)(r.gauss() * km);
+                V[s][(size_t)t * H * d + i] = (float)r.gauss();
             }
         }
         const int nm = tc.main_len[s];
@@ -561,12 +658,12 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
             for (int t = 0; t < nm; t++) slots[t] = bt[(size_t)s * max_pages + t / P] * P + t % P;
             float *dx;
             int32_t *dslot;
-            CU(cudaMalloc(&dx, (size_t)nm * H * D * 4));
+            CU(cudaMalloc(&dx, (size_t)nm * H * d * 4));
             CU(cudaMalloc(&dslot, nm * 4));
             CU(cudaMemcpy(dslot, slots.data(), nm * 4, cudaMemcpyHostToDevice));
-            CU(cudaMemcpy(dx, K[s].data(), (size_t)nm * H * D * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, K[s].data(), (size_t)nm * H * d * 4, cudaMemcpyHostToDevice));
             OK(kvq_cuda_store_pages(layer, 0, dpages, dx, KVQ_DTYPE_F32, nm, dslot, dst_dev, NULL));
-            CU(cudaMemcpy(dx, V[s].data(), (size_t)nm * H * D * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, V[s].data(), (size_t)nm * H * d * 4, cudaMemcpyHostToDevice));
             OK(kvq_cuda_store_pages(layer, 1, dpages, dx, KVQ_DTYPE_F32, nm, dslot, dst_dev, NULL));
             CU(cudaDeviceSynchronize());
             CU(cudaFree(dx));
@@ -578,14 +675,14 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
             for (int t = 0; t < nw; t++) pos[t] = nm + t;
             float *dx;
             int32_t *dsq, *dpos;
-            CU(cudaMalloc(&dx, (size_t)nw * H * D * 4));
+            CU(cudaMalloc(&dx, (size_t)nw * H * d * 4));
             CU(cudaMalloc(&dsq, nw * 4));
             CU(cudaMalloc(&dpos, nw * 4));
             CU(cudaMemcpy(dsq, sq.data(), nw * 4, cudaMemcpyHostToDevice));
             CU(cudaMemcpy(dpos, pos.data(), nw * 4, cudaMemcpyHostToDevice));
-            CU(cudaMemcpy(dx, &K[s][(size_t)nm * H * D], (size_t)nw * H * D * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, &K[s][(size_t)nm * H * d], (size_t)nw * H * d * 4, cudaMemcpyHostToDevice));
             OK(kvq_cuda_store_window(layer, 0, dwin, dx, KVQ_DTYPE_F32, nw, dsq, dpos, dst_dev, NULL));
-            CU(cudaMemcpy(dx, &V[s][(size_t)nm * H * D], (size_t)nw * H * D * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, &V[s][(size_t)nm * H * d], (size_t)nw * H * d * 4, cudaMemcpyHostToDevice));
             OK(kvq_cuda_store_window(layer, 1, dwin, dx, KVQ_DTYPE_F32, nw, dsq, dpos, dst_dev, NULL));
             CU(cudaDeviceSynchronize());
             CU(cudaFree(dx));
@@ -597,7 +694,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     CU(cudaMemcpy(&st, dst_dev, 4, cudaMemcpyDeviceToHost));
     EXPECT(st == 0, "store status %d", st);
     /* queries and the GPU result */
-    std::vector<float> q((size_t)n_seq * HQ * D), out(q.size(), NAN);
+    std::vector<float> q((size_t)n_seq * HQ * d), out(q.size(), NAN);
     for (auto &v : q) v = (float)r.gauss();
     float *dq, *dout;
     int32_t *dbt, *dml, *dwl;
@@ -612,7 +709,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     CU(cudaMemcpy(dml, tc.main_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
     if (W) CU(cudaMemcpy(dwl, tc.win_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
     kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len, NULL};
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = 1.0f / sqrtf((float)d);
     OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
@@ -622,8 +719,8 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     kvq_plan_tables kt, vt;
     OK(kvq_plan_export(kp, &kt));
     OK(kvq_plan_export(vp, &vt));
-    const kvq_layout KL = kvq_layout_make(kt.kind, D, kt.bits, kt.m, kt.scale_bytes);
-    const kvq_layout VL = kvq_layout_make(vt.kind, D, vt.bits, vt.m, vt.scale_bytes);
+    const kvq_layout KL = kvq_layout_make(kt.kind, d, kt.bits, kt.m, kt.scale_bytes);
+    const kvq_layout VL = kvq_layout_make(vt.kind, d, vt.bits, vt.m, vt.scale_bytes);
     double worst = 0, worst_cpu = 0, agg_num = 0, agg_den = 0;
     const size_t qf = kvq_plan_query_floats(kp);
     const float kconst = kt.m ? sqrtf(3.14159265358979323846f / 2) / (float)kt.m : 0.f;
@@ -638,8 +735,8 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
             }
             for (int gq = 0; gq < G; gq++) {
                 const int hq = h * G + gq;
-                std::vector<float> qs(D), qp(qf), sc(nm + nw), scpu(nm + nw);
-                for (int c = 0; c < D; c++) qs[c] = q[((size_t)s * HQ + hq) * D + c] * scale;
+                std::vector<float> qs(d), qp(qf), sc(nm + nw), scpu(nm + nw);
+                for (int c = 0; c < d; c++) qs[c] = q[((size_t)s * HQ + hq) * d + c] * scale;
                 OK(kvq_query_prepare(kp, qs.data(), qp.data()));
                 if (nm) OK(kvq_score(kp, qp.data(), 1, krec.data(), nm, scpu.data()));
                 /* exact scores (double) from the same codes: decode, or the estimators of tq-prod / qjl
@@ -649,7 +746,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                     const float *qv = kt.kind == KVQ_LAY_QJL ? qs.data() : qp.data(); /* q~ = R q first */
                     for (int j = 0; j < kt.m; j++) {
                         double a = 0;
-                        for (int c = 0; c < D; c++) a += (double)kt.S[(size_t)j * D + c] * qv[c];
+                        for (int c = 0; c < d; c++) a += (double)kt.S[(size_t)j * d + c] * qv[c];
                         sq[j] = a;
                     }
                 }
@@ -664,19 +761,19 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                         a = (double)kconst * h2f(rec[no] | rec[no + 1] << 8) * sg;
                         if (kt.kind == KVQ_LAY_TQPROD) {
                             const double gam = h2f(rec[0] | rec[1] << 8);
-                            for (int c = 0; c < D; c++) a += gam * kt.c1[strided_get(rec + KL.off[1], D, kt.bits, c)] * qp[c];
+                            for (int c = 0; c < d; c++) a += gam * kt.c1[strided_get(rec + KL.off[1], d, kt.bits, c)] * qp[c];
                         }
                     } else {
-                        float kd[D];
+                        float kd[512];
                         OK(kvq_decode(kp, rec, 1, kd));
-                        for (int c = 0; c < D; c++) a += (double)qs[c] * kd[c];
+                        for (int c = 0; c < d; c++) a += (double)qs[c] * kd[c];
                     }
                     sc[t] = (float)a;
                 }
                 for (int t = 0; t < nw; t++) {
                     double a = 0;
-                    for (int c = 0; c < D; c++)
-                        a += (double)qs[c] * f16r(K[s][((size_t)(nm + t) * H + h) * D + c]);
+                    for (int c = 0; c < d; c++)
+                        a += (double)qs[c] * f16r(K[s][((size_t)(nm + t) * H + h) * d + c]);
                     sc[nm + t] = (float)a;
                 }
                 for (int t = 0; t < nw; t++) scpu[nm + t] = sc[nm + t];
@@ -687,18 +784,18 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                     for (int i = 0; i < nm + nw; i++) M = fmax(M, S[i]);
                     std::vector<double> pr(nm + nw);
                     for (int i = 0; i < nm + nw; i++) L += (pr[i] = exp(S[i] - M));
-                    std::vector<double> ref(D, 0.0);
+                    std::vector<double> ref(d, 0.0);
                     for (int t = 0; t < nm; t++) {
-                        float vd[D];
+                        float vd[512];
                         OK(kvq_decode(vp, &vrec[(size_t)t * vb], 1, vd));
-                        for (int c = 0; c < D; c++) ref[c] += pr[t] * vd[c];
+                        for (int c = 0; c < d; c++) ref[c] += pr[t] * vd[c];
                     }
                     for (int t = 0; t < nw; t++)
-                        for (int c = 0; c < D; c++) ref[c] += pr[nm + t] * (double)f16r(V[s][((size_t)(nm + t) * H + h) * D + c]);
+                        for (int c = 0; c < d; c++) ref[c] += pr[nm + t] * (double)f16r(V[s][((size_t)(nm + t) * H + h) * d + c]);
                     double num = 0, den = 0;
-                    for (int c = 0; c < D; c++) {
+                    for (int c = 0; c < d; c++) {
                         const double rf = L > 0 ? ref[c] / L : 0;
-                        const double got = out[((size_t)s * HQ + hq) * D + c];
+                        const double got = out[((size_t)s * HQ + hq) * d + c];
                         num += (got - rf) * (got - rf);
                         den += rf * rf;
                         if (!(got == got)) num = INFINITY;
@@ -708,8 +805,8 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                     if (pass == 0 && g_debug && rels[0] > 1e-3 && g_dbg_lines < 12) {
                         g_dbg_lines++;
                         printf("    seq %d (len %d + win %d) head %d q %d: err %.3e got %.4f %.4f %.4f want %.4f %.4f %.4f\n", s, nm, nw,
-                               h, hq, rels[0], out[((size_t)s * HQ + hq) * D], out[((size_t)s * HQ + hq) * D + 1],
-                               out[((size_t)s * HQ + hq) * D + 2], ref[0] / L, ref[1] / L, ref[2] / L);
+                               h, hq, rels[0], out[((size_t)s * HQ + hq) * d], out[((size_t)s * HQ + hq) * d + 1],
+                               out[((size_t)s * HQ + hq) * d + 2], ref[0] / L, ref[1] / L, ref[2] / L);
                     }
                 }
                 if (rels[0] > worst) worst = rels[0];
@@ -718,16 +815,16 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
         }
     }
     if (verbose) {
-        printf("  attn k=%-10s v=%-10s H=%d HQ=%2d P=%3d W=%2d seqs=%d max_len=%6d: rel err %.2e, worst row %.2e "
+        printf("  attn k=%-10s v=%-10s d=%3d H=%d HQ=%2d P=%3d W=%2d seqs=%d max_len=%6d: rel err %.2e, worst row %.2e "
                "(worst row vs the CPU kvq_score path: %.2e)\n",
-               tc.k, tc.v, H, HQ, P, W, n_seq, max_len, sqrt(agg_num / (agg_den > 0 ? agg_den : 1)), worst, worst_cpu);
+               tc.k, tc.v, d, H, HQ, P, W, n_seq, max_len, sqrt(agg_num / (agg_den > 0 ? agg_den : 1)), worst, worst_cpu);
         fflush(stdout);
     }
     /* f16 tensor-core inputs (rotated query, centroids, probabilities): the relative L2 error of all
      * outputs of a case is <= 1e-3 (measured 3e-4..7e-4); a single output row may reach ~1e-3 */
-    EXPECT(sqrt(agg_num / (agg_den > 0 ? agg_den : 1)) <= 1e-3, "attention k=%s v=%s HQ=%d: rel err %.3e", tc.k, tc.v, HQ,
+    EXPECT(sqrt(agg_num / (agg_den > 0 ? agg_den : 1)) <= 1e-3, "attention k=%s v=%s d=%d HQ=%d: rel err %.3e", tc.k, tc.v, d, HQ,
            sqrt(agg_num / (agg_den > 0 ? agg_den : 1)));
-    EXPECT(worst <= 2e-3, "attention k=%s v=%s HQ=%d: worst row rel err %.3e", tc.k, tc.v, HQ, worst);
+    EXPECT(worst <= 2e-3, "attention k=%s v=%s d=%d HQ=%d: worst row rel err %.3e", tc.k, tc.v, d, HQ, worst);
     cudaFree(dq);
     cudaFree(dout);
     cudaFree(dbt);
@@ -793,6 +890,68 @@ static void test_attention(bool quick) {
     run_attn_case(c64, 9001, true);
     AttnCase c32 = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 4100}, {}, 256};
     run_attn_case(c32, 9002, true);
+}
+
+/* The generic kernel (attn_kernel_gen.cuh): the head dims 32, 64, 96 (dense rotation) and 256, and at
+ * 128 the records the tensor-core kernels do not read (3-, 5..8-bit stages, f32 scales, QJL m != d). */
+static void test_attention_generic(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    struct {
+        const char *k, *v;
+    } pairs[] = {{"tq-mse:4", "tq-mse:4"}, {"tq-mse:3", "tq-mse:3"}, {"tq-mse:2", "tq-mse:2"},
+                 {"tq-mse:1", "tq-mse:1"}, {"q8", "q8"},             {"f16", "f16"},
+                 {"rvq:3", "rvq:2"},       {"tq-prod:3", "tq-mse:3"}, {"qjl", "tq-mse:4"},
+                 {"tq-mse:4+scale32", "tq-mse:3+scale32"}, {"tq-mse:3+norot", "q8"}, {"tq-mse:8", "tq-mse:5"}};
+    uint64_t seed = 5000;
+    int i = 0;
+    for (int d : {64, 96, 256, 32}) {
+        for (auto &pr : pairs) {
+            const int HQs[] = {8, 6, 2, 16};
+            AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
+                           lens, wl};
+            tc.d = d;
+            i++;
+            if (quick && (i % 4) != 1) continue;
+            run_attn_case(tc, seed++, true);
+        }
+    }
+    /* d = 128 with a stage the tensor-core kernels do not read: the generic kernel */
+    const char *p128[][2] = {{"tq-mse:3", "tq-mse:3"}, {"tq-mse:3", "tq-mse:4"}, {"tq-mse:4", "tq-mse:3"},
+                             {"rvq:3", "rvq:3"},       {"tq-mse:6", "tq-mse:7"}, {"tq-mse:4+scale32", "tq-mse:4"},
+                             {"qjl:64", "tq-mse:2"},   {"tq-prod:4", "tq-mse:3"}};
+    for (auto &pr : p128) {
+        AttnCase tc = {pr[0], pr[1], 2, 8, 64, (i % 2) ? 32 : 0, lens, wl};
+        i++;
+        run_attn_case(tc, seed++, true);
+    }
+    /* many chunks, grouped queries */
+    AttnCase g = {"tq-mse:3", "tq-mse:3", 2, 24, 64, 16, {33, 7000}, {16, 3}};
+    g.d = 256;
+    run_attn_case(g, seed++, true);
+    AttnCase g96 = {"tq-mse:4", "tq-mse:2", 3, 3, 32, 0, {129, 64, 1}, {}};
+    g96.d = 96;
+    run_attn_case(g96, seed++, true);
+    if (!quick) {
+        AttnCase big = {"tq-mse:3", "tq-mse:3", 4, 16, 256, 64, {32768, 4097}, {64, 10}};
+        big.d = 64;
+        run_attn_case(big, seed++, true);
+    }
+    /* what no kernel serves: an error, nothing launched */
+    {
+        kvq_plan *kp;
+        OK(kvq_plan_create(&kp, "tq-mse:4", 512, 1, NULL, 0));
+        kvq_cuda_plan *ck;
+        OK(kvq_cuda_plan_create(&ck, kp));
+        kvq_cuda_layer_config cfg = {ck, ck, 1, 1, 16, 0};
+        kvq_cuda_layer *layer = NULL;
+        EXPECT(kvq_cuda_layer_create(&layer, &cfg) == KVQ_ERR_UNSUPPORTED_DIM, "d = 512 attention: UNSUPPORTED_DIM");
+        kvq_cuda_plan_free(ck);
+        kvq_plan_free(kp);
+        if (!kvq_plan_create(&kp, "tq-mse:4", 80, 1, NULL, 0)) { /* d % 32 != 0: not served */
+            EXPECT(kvq_cuda_plan_create(&ck, kp) == KVQ_ERR_UNSUPPORTED_DIM, "d = 80 encode: UNSUPPORTED_DIM");
+            kvq_plan_free(kp);
+        }
+    }
 }
 
 /* ---- the decode path in a CUDA graph ------------------------------------------------
@@ -1170,6 +1329,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
     test_encode(quick);
     test_attention(quick);
+    test_attention_generic(quick);
     test_graph();
     test_seq_map();
     test_padding_slots();

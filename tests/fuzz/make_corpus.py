@@ -285,7 +285,7 @@ def tokenizer_seeds(root):
 
 def spec_strings(root):
     out = set(["f16", "q8/tq-mse:4", "k=tq-prod:3,v=q8", "tq-mse:3,w=128", "q4,f16layers=0;-1", "tq-mse:4,sliding=1",
-               "tq-mse:4+outliers=8,calib=64", "k=q8+chscale,v=tq-mse:4,w=32,f16layers=0;1;-1,sliding=1,calib=16",
+               "tq-mse:4+outliers=8,calib=64", "tq-mse:4+chscale/tq-mse:4,sink=1", "q8,w=16,sink=300", "k=q8+chscale,v=tq-mse:4,w=32,f16layers=0;1;-1,sliding=1,calib=16",
                "qjl", "tq-prod:2+m=64", "polar:5+scale32", "rvq:3+norot+cb=gauss", "tq-mse:8+scale=norm"])
     for doc in ("docs/METHODS.md", "docs/CACHE.md", "include/kvq.h"):
         path = os.path.join(root, doc)

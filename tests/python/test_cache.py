@@ -213,3 +213,25 @@ def test_policy_parse_and_name():
     c = kvq.Cache(4, 1, 64, "q4,f16layers=-1")
     assert c.bytes_per_token() == 3 * 2 * kvq.Plan("q4", 64).code_bytes + 2 * 128  # three q4 layers, the last f16
     assert repr(kvq.Policy("f16")) == "kvq.Policy('f16')"
+
+
+def test_sink_tokens(rng):
+    p = kvq.Policy("tq-mse:4+chscale/tq-mse:4,sink=1")
+    assert p.sink_tokens == 1 and p.name == "tq-mse:4+chscale/tq-mse:4,sink=1"
+    assert p.replace(sink_tokens=4).name == "tq-mse:4+chscale/tq-mse:4,sink=4"
+    assert str(kvq.KVCacheBuilder().with_method("turboquant").with_sink_tokens(2).policy()) == "tq-mse:4,sink=2"
+    with pytest.raises(kvq.InvalidArgumentError, match="sink"):
+        kvq.Policy("q8,sink=2000")
+    d, h = 64, 2
+    k = rng.standard_normal((300, h, d)).astype(np.float32)
+    k[0] *= 8  # a sink-like first key
+    v = rng.standard_normal((300, h, d)).astype(np.float32)
+    q = rng.standard_normal((1, 2 * h, d)).astype(np.float32)
+    exact, plain, sink = (kvq.Cache(1, h, d, s) for s in ("f32", "tq-mse:3", "tq-mse:3,sink=1"))
+    for c in (exact, plain, sink):
+        c.append(0, k, v)
+    # the sink costs its f16 records: 2 heads x (K + V) x 2d bytes
+    assert sink.memory_bytes() == plain.memory_bytes() + h * 2 * 2 * d == sink.memory_plan(300).at
+    ref = exact.attend(0, q, pos0=299)
+    err = {n: np.linalg.norm(c.attend(0, q, pos0=299) - ref) for n, c in (("plain", plain), ("sink", sink))}
+    assert err["sink"] < err["plain"]

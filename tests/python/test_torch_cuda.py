@@ -40,10 +40,11 @@ def _rel(a, b):
 @pytest.mark.parametrize("spec", ["f16", "q8", "tq-mse:1", "tq-mse:2", "tq-mse:4", "tq-mse:4+norot", "rvq:2",
                                   "tq-prod:3", "qjl", "tq-mse:3", "tq-mse:8"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_encode_bytes_equal_cpu_scalar_reference(spec, dtype):
-    p = kvq.Plan(spec, 128, seed=5)
+@pytest.mark.parametrize("d", [128, 96])
+def test_encode_bytes_equal_cpu_scalar_reference(spec, dtype, d):
+    p = kvq.Plan(spec, d, seed=5)
     ref_plan = p.clone("scalar")
-    x = (torch.randn(1001, 128) * torch.exp(torch.randn(1001, 1))).to(dtype)
+    x = (torch.randn(1001, d) * torch.exp(torch.randn(1001, 1))).to(dtype)
     st = kt.new_status(DEV)
     got = kt.encode(p, x.to(DEV), status=st)
     kt.check_status(st)
@@ -67,22 +68,22 @@ def test_encode_errors_go_to_status():
         kt.encode(p, x)  # without a status word: checked at once
 
 
-def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed):
+def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed, d=128):
     """Pages and rings filled through the operators; float64 reference on the decoded rows."""
     g = torch.Generator().manual_seed(seed)
-    kp, vp = kvq.Plan(kspec, 128, seed=seed), kvq.Plan(vspec, 128, seed=seed)
+    kp, vp = kvq.Plan(kspec, d, seed=seed), kvq.Plan(vspec, d, seed=seed)
     layer = kt.CudaLayer(kt.CudaPlan(kp), kt.CudaPlan(vp), H, HQ, P, W)
     n = len(lens)
     maxp = max(1, max(-(-l // P) for l in lens))
     perm = torch.randperm(n * maxp, generator=g)
     bt = perm.view(n, maxp).to(torch.int32)
     pages = torch.full((n * maxp * layer.page_bytes,), 0x5a, dtype=torch.uint8, device=DEV)
-    ring = torch.zeros((n, 2, H, max(W, 1), 128), dtype=torch.float16, device=DEV)
+    ring = torch.zeros((n, 2, H, max(W, 1), d), dtype=torch.float16, device=DEV)
     st = kt.new_status(DEV)
     K, V = [], []
     for s, (L, w) in enumerate(zip(lens, wins)):
-        k = torch.randn(L + w, H, 128, generator=g) * torch.exp(torch.randn(L + w, 1, 1, generator=g) * 0.5)
-        v = torch.randn(L + w, H, 128, generator=g)
+        k = torch.randn(L + w, H, d, generator=g) * torch.exp(torch.randn(L + w, 1, 1, generator=g) * 0.5)
+        v = torch.randn(L + w, H, d, generator=g)
         K.append(k)
         V.append(v)
         if L:
@@ -96,18 +97,18 @@ def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed):
             kt.store_window(layer, ring, k[L:].contiguous().to(DEV), seq, pos, 0, st)
             kt.store_window(layer, ring, v[L:].contiguous().to(DEV), seq, pos, 1, st)
     kt.check_status(st)
-    q = torch.randn(n, HQ, 128, generator=g)
-    scale = 128 ** -0.5
+    q = torch.randn(n, HQ, d, generator=g)
+    scale = d ** -0.5
     out = kt.attend(layer, q.to(DEV), pages, bt.to(DEV), torch.tensor(lens, dtype=torch.int32, device=DEV), scale,
                     max(lens), torch.tensor(wins, dtype=torch.int32, device=DEV) if W else None, ring if W else None)
     ks, vs = kp.clone("scalar"), vp.clone("scalar")
-    ref = np.zeros((n, HQ, 128))
+    ref = np.zeros((n, HQ, d))
     G = HQ // H
     for s, (L, w) in enumerate(zip(lens, wins)):
         for h in range(H):
-            kd = np.concatenate([ks.decode(ks.encode(K[s][:L, h].contiguous().numpy())) if L else np.zeros((0, 128)),
+            kd = np.concatenate([ks.decode(ks.encode(K[s][:L, h].contiguous().numpy())) if L else np.zeros((0, d)),
                                  K[s][L:, h].half().double().numpy()]).astype(np.float64)
-            vd = np.concatenate([vs.decode(vs.encode(V[s][:L, h].contiguous().numpy())) if L else np.zeros((0, 128)),
+            vd = np.concatenate([vs.decode(vs.encode(V[s][:L, h].contiguous().numpy())) if L else np.zeros((0, d)),
                                  V[s][L:, h].half().double().numpy()]).astype(np.float64)
             if L + w == 0:
                 continue
@@ -131,36 +132,54 @@ def test_attend_vs_float64_on_decoded_cache(kspec, vspec, W):
         assert np.all(out[2] == 0)  # a sequence without positions
 
 
-def _spec(layer=0, B=3, H=2, HQ=8, k="tq-mse:4", v="tq-mse:4", W=0, max_tokens=0, seed=3):
-    return LayerSpec(layer, B, H, HQ, 128, k, v, W, 0, seed, max_tokens)
+@pytest.mark.parametrize("kspec,vspec,W,d", [("tq-mse:4", "tq-mse:4", 0, 64), ("tq-mse:3", "tq-mse:3", 16, 96),
+                                             ("q8", "tq-mse:2", 8, 256), ("tq-mse:3", "tq-mse:3", 0, 128),
+                                             ("rvq:3", "tq-mse:4+scale32", 0, 64)])
+def test_attend_generic_kernel_vs_float64(kspec, vspec, W, d):
+    """Head dims 64, 96 (dense rotation), 256 and 3-bit / f32-scale records: the generic kernel (f32)."""
+    lens = [1, 300, 0, 2049, 17]
+    wins = [min(W, 5), W, min(W, 3), W, 0] if W else [0] * 5
+    out, ref = _layer_case(kspec, vspec, 2, 8, 64, W, lens, wins,
+                           seed=zlib.crc32(f"{kspec}{vspec}{W}{d}".encode()) % 1000, d=d)
+    assert np.isfinite(out).all()
+    assert _rel(out, ref) < 1e-3
+    if not W:
+        assert np.all(out[2] == 0)
+
+
+def _spec(layer=0, B=3, H=2, HQ=8, k="tq-mse:4", v="tq-mse:4", W=0, max_tokens=0, seed=3, d=128):
+    return LayerSpec(layer, B, H, HQ, d, k, v, W, 0, seed, max_tokens)
 
 
 def _ref_for(spec):
-    kp = kvq.Plan(spec.k_spec, 128, plan_seed(spec.seed, spec.layer, 0)).clone("scalar")
-    vp = kvq.Plan(spec.v_spec, 128, plan_seed(spec.seed, spec.layer, 1)).clone("scalar")
+    d = spec.head_dim
+    kp = kvq.Plan(spec.k_spec, d, plan_seed(spec.seed, spec.layer, 0)).clone("scalar")
+    vp = kvq.Plan(spec.v_spec, d, plan_seed(spec.seed, spec.layer, 1)).clone("scalar")
     return RefStore(spec.batch, spec.n_kv_heads, spec.n_q_heads, spec.f16_window, kp, vp)
 
 
 def _check_step(st, ref, T, skip, dtype, g, tol):
-    B, H, HQ = st.B, st.H, st.HQ
-    k = (torch.randn(B, H, T, 128, generator=g) * 3).to(dtype)
-    v = torch.randn(B, H, T, 128, generator=g).to(dtype)
-    q = torch.randn(B, HQ, T, 128, generator=g).to(dtype)
+    B, H, HQ, d = st.B, st.H, st.HQ, st.d
+    k = (torch.randn(B, H, T, d, generator=g) * 3).to(dtype)
+    v = torch.randn(B, H, T, d, generator=g).to(dtype)
+    q = torch.randn(B, HQ, T, d, generator=g).to(dtype)
     st.append(k.to(DEV), v.to(DEV), skip)
     ref.append(k, v, skip)
-    out = st.attend(q.to(DEV), 128 ** -0.5, skip)
-    assert out.dtype == dtype and out.shape == (B, T, HQ, 128)
-    want = ref.attend(q, 128 ** -0.5, skip)
+    out = st.attend(q.to(DEV), d ** -0.5, skip)
+    assert out.dtype == dtype and out.shape == (B, T, HQ, d)
+    want = ref.attend(q, d ** -0.5, skip)
     err = _rel(out.double().cpu().numpy(), want)
     assert err < tol, (T, skip, err)
     return err
 
 
-@pytest.mark.parametrize("k,v,W", [("tq-mse:4", "tq-mse:4", 0), ("tq-mse:4", "tq-mse:4", 24), ("q8", "q8", 0),
-                                   ("tq-mse:2", "tq-mse:2", 8), ("f16", "f16", 0)])
-def test_cuda_store_prefill_decode_padding_gqa(k, v, W):
+@pytest.mark.parametrize("k,v,W,d", [("tq-mse:4", "tq-mse:4", 0, 128), ("tq-mse:4", "tq-mse:4", 24, 128),
+                                     ("q8", "q8", 0, 128), ("tq-mse:2", "tq-mse:2", 8, 128), ("f16", "f16", 0, 128),
+                                     ("tq-mse:3", "tq-mse:3", 0, 128), ("tq-mse:4", "tq-mse:3", 8, 64),
+                                     ("tq-mse:3", "tq-mse:2", 0, 96), ("tq-mse:4", "tq-mse:4", 16, 256)])
+def test_cuda_store_prefill_decode_padding_gqa(k, v, W, d):
     g = torch.Generator().manual_seed(11)
-    spec = _spec(k=k, v=v, W=W)
+    spec = _spec(k=k, v=v, W=W, d=d)
     st, ref = CUDAStore(spec, DEV, page_tokens=32), _ref_for(spec)
     _check_step(st, ref, 77, [0, 9, 77], torch.float32, g, 2e-3)  # left padding, a sequence of padding only
     for _ in range(4):
@@ -238,10 +257,9 @@ def test_cuda_store_custom_ops_path():
 
 
 @pytest.mark.parametrize("k,v,match", [("polar", "tq-mse:4", "polar"), ("q4", "q4", "q4"),
-                                       ("tq-mse:3", "tq-mse:3", "tq-mse:3"), ("tq-mse:4+outliers=8", "tq-mse:4",
-                                                                              "calibration")])
+                                       ("tq-mse:4+outliers=8", "tq-mse:4", "calibration")])
 def test_cuda_store_unsupported(k, v, match):
     with pytest.raises(kvq.UnsupportedError, match=match):
         CUDAStore(_spec(k=k, v=v), DEV)
     with pytest.raises(kvq.UnsupportedError, match="head dim"):
-        CUDAStore(LayerSpec(0, 1, 1, 1, 64, "tq-mse:4", "tq-mse:4", 0, 0, 1), DEV)
+        CUDAStore(LayerSpec(0, 1, 1, 1, 80, "tq-mse:4", "tq-mse:4", 0, 0, 1), DEV)

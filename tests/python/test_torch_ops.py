@@ -224,7 +224,7 @@ def test_store_prefill_error_stores_nothing():
 
 def test_store_refuses_what_the_kernels_do_not_serve():
     with pytest.raises(kvq.UnsupportedError, match="head dim"):
-        CUDAStore(LayerSpec(0, 1, 1, 1, 64, "tq-mse:4", "tq-mse:4", 0, 0, 1), "cpu", kernels=EmuKernels())
+        CUDAStore(LayerSpec(0, 1, 1, 1, 80, "tq-mse:4", "tq-mse:4", 0, 0, 1), "cpu", kernels=EmuKernels())
     with pytest.raises(kvq.UnsupportedError, match="sliding"):
         CUDAStore(LayerSpec(0, 1, 1, 1, 128, "tq-mse:4", "tq-mse:4", 0, 512, 1), "cpu", kernels=EmuKernels())
     with pytest.raises(kvq.UnsupportedError, match="calibration"):

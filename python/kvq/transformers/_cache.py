@@ -16,6 +16,7 @@ import torch
 from transformers.cache_utils import Cache as _HFCache
 from transformers.cache_utils import CacheLayerMixin
 
+from .._errors import UnsupportedError
 from ..cache import Policy, PolicyLike, as_policy
 from ._attention import ATTN_IMPLEMENTATION, register
 from ._store import LayerSpec, LayerStore
@@ -198,6 +199,9 @@ class Cache(_HFCache):
             return CPUStore(spec, dev, self._cpu)
         if dev.type == "cuda":
             from ._cuda_store import CUDAStore, StoreGroup
+            if self.policy.sink_tokens:
+                raise UnsupportedError(f"kvq CUDA does not serve f16 sink tokens (policy {self.policy.name!r}): "
+                                       "drop ',sink=N' on CUDA", status=-15, argument=self.policy.name)
             if self._group is None:
                 self._group = StoreGroup()
             return CUDAStore(spec, dev, group=self._group)

@@ -29,6 +29,8 @@ sync_lengths().
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
@@ -58,9 +60,21 @@ def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
     return _mix64((seed ^ _mix64(tag ^ 0x4B5643414348)) & _MASK64)
 
 
-SERVED = ("head dim 128; K in f16, q8, tq-mse:1/2/4, rvq:1/2/4, tq-prod:2/3/5, qjl; V in f16, q8, tq-mse:1/2/4, "
-          "rvq:1/2/4 (f16 scales; +norot, +scale=norm, +cb=gauss); no calibrated options (+outliers, +center, "
-          "+chscale), no polar, q4, bf16, f32, tq-mse:3 or 5..8; global attention (no sliding window)")
+#: Head dims of the kvq CUDA attention (docs/CUDA.md "What is served"): 128 on the tensor-core kernels
+#: and the generic kernel, the others on the generic kernel.
+HEAD_DIMS = (32, 64, 96, 128, 256)
+SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl; V in f16, q8, "
+          "tq-mse:1..8, rvq:1..4 (f16 or f32 scales; +norot, +scale=norm, +cb=gauss); no calibrated options "
+          "(+outliers, +center, +chscale), no polar, q4, bf16, f32; global attention (no sliding window)")
+
+_FAST_K = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124]|tq-prod:[235]|qjl)(\+norot|\+scale=norm|\+cb=gauss)*$")
+_FAST_V = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124])(\+norot|\+scale=norm|\+cb=gauss)*$")
+
+
+def on_fast_kernels(k_spec: str, v_spec: str, head_dim: int) -> bool:
+    """Whether the pair runs on the tensor-core kernels (d = 128, docs/CUDA.md) rather than the generic
+    f32 kernel, which is correct but ~20-50x slower (16 x 32K: 3.8-9.5 ms against 0.17 ms)."""
+    return head_dim == 128 and bool(_FAST_K.match(k_spec)) and bool(_FAST_V.match(v_spec))
 
 
 class CudaKernels:
@@ -285,7 +299,7 @@ class CUDAStore(LayerStore):
     def __init__(self, spec: LayerSpec, device: Any, *, page_tokens: int = 256, group: Optional[StoreGroup] = None,
                  kernels: Optional[Any] = None) -> None:
         super().__init__(spec, torch.device(device))
-        if spec.head_dim != 128:
+        if spec.head_dim not in HEAD_DIMS:
             raise UnsupportedError(f"CUDAStore (layer {spec.layer}): head dim {spec.head_dim} is not served by "
                                    f"the kvq CUDA attention kernels; they serve {SERVED}", status=-15,
                                    argument=spec.head_dim)
@@ -302,6 +316,11 @@ class CUDAStore(LayerStore):
                 raise UnsupportedError(f"CUDAStore (layer {spec.layer}): {what} method {s!r} needs calibration, "
                                        f"which the kvq CUDA kernels do not serve; they serve {SERVED}", status=-15,
                                        argument=s)
+        if not on_fast_kernels(spec.k_spec, spec.v_spec, spec.head_dim):
+            warnings.warn(f"kvq CUDA: K {spec.k_spec!r} / V {spec.v_spec!r} at head dim {spec.head_dim} run on the "
+                          "generic attention kernel, correct but about 20x slower than f16 SDPA (docs/CUDA.md); "
+                          "the fast kernels serve d = 128 with tq-mse:1/2/4, rvq:1/2/4, q8, tq-prod:2/3/5, qjl",
+                          RuntimeWarning, stacklevel=3)
         self.kernels = kernels if kernels is not None else CudaKernels()
         B, H, d = spec.batch, spec.n_kv_heads, spec.head_dim
         self.B, self.H, self.HQ, self.d, self.P, self.W = B, H, spec.n_q_heads, d, page_tokens, spec.f16_window

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Issue 17 on the GPU machine (docs/RESULTS.md "CUDA (H200)"): from a folder holding this tree (new/)
+# and the baseline tree (base/, e.g. `git archive` of the commit before), both built for sm_90 in /tmp.
+#   bench/gpu_issue17.sh test|ab|gen|all     (run from new/; everything goes to $OUT)
+# test:  test_layouts, test_cuda (full), the PyTorch tests on libkvq-cuda (tests/python/test_torch_cuda.py,
+#        test_torch_ops.py);
+# ab:    base vs new, interleaved, cuda_attn --no-encode at d = 128 (tq-mse:4/4, tq-mse:2/2, q8, f16; every
+#        shape; REPS times, default 2);
+# gen:   the generic kernel: cuda_attn --dim 64 / 96 / 256 and tq-mse:3/3 at d = 128, with
+#        bench/torch_sdpa.py at the same head dims in the same run.
+set -u
+MODE=${1:-all}
+OUT=${OUT:-/tmp/kvq-out}
+mkdir -p "$OUT"
+NEW=$PWD BASE=$PWD/../base
+export PYTHONUNBUFFERED=1
+build() { # src dir, build dir, targets...
+    local s=$1 b=$2; shift 2
+    [ -f "$b/CMakeCache.txt" ] || cmake -S "$s" -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DKVQ_BUILD_TOOLS=OFF > "$OUT/cmake-$(basename "$b").log" 2>&1
+    cmake --build "$b" -j"${J:-16}" --target "$@" >> "$OUT/cmake-$(basename "$b").log" 2>&1 ||
+        { tail -30 "$OUT/cmake-$(basename "$b").log"; return 1; }
+}
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv; nvcc --version | tail -1
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+  git -C "$NEW" log -1 --format=%h 2>/dev/null; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+if [ "$MODE" = test ] || [ "$MODE" = all ]; then
+    t0=$(date +%s)
+    build "$NEW" /tmp/b test_cuda cuda_attn test_layouts kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    /tmp/b/test_layouts > "$OUT/test_layouts.log" 2>&1; echo "test_layouts rc $?"
+    ( timeout 400 /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log" ) &
+    tc=$!
+    KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout 400 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"
+    wait $tc
+    grep -E "encode:|FAIL|checks|rc " "$OUT/test_cuda.log" | head -40
+    grep -E "d=( 32| 64| 96|256)|d=128.*(tq-mse:3|rvq:3|tq-mse:6|scale32|qjl:64|tq-prod:4)" "$OUT/test_cuda.log" | head -60
+    tail -5 "$OUT/pytest_torch.log"
+fi
+if [ "$MODE" = ab ] || [ "$MODE" = all ]; then
+    ( build "$BASE" /tmp/bb cuda_attn ) & ( build "$NEW" /tmp/b cuda_attn ) & wait
+    for r in $(seq "${REPS:-2}"); do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8 f16; do
+            for v in base new; do
+                b=/tmp/b; [ $v = base ] && b=/tmp/bb
+                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" | tee -a "$OUT/ab.log"
+            done
+        done
+    done
+fi
+if [ "$MODE" = gen ] || [ "$MODE" = all ]; then
+    build "$NEW" /tmp/b cuda_attn || exit 1
+    for d in 64 96 256; do
+        for pol in tq-mse:4/4 tq-mse:3/3 tq-mse:2/2 q8; do
+            for sh in "1 32768" "16 4096" "16 32768"; do
+                /tmp/b/cuda_attn --no-encode --dim $d --policy "$pol" --shape $sh --runs 30 2>&1 | grep -E "B=" | tee -a "$OUT/gen.log"
+            done
+        done
+        timeout 120 python3 bench/torch_sdpa.py --quick --dim $d --runs 30 2>&1 | tee -a "$OUT/torch_dims.log" | grep -E "torch d="
+    done
+    for sh in "1 32768" "16 4096" "16 32768"; do
+        /tmp/b/cuda_attn --no-encode --policy tq-mse:3/3 --shape $sh --runs 30 2>&1 | grep -E "B=" | tee -a "$OUT/gen.log"
+    done
+    timeout 120 python3 bench/torch_sdpa.py --quick --runs 30 2>&1 | tee -a "$OUT/torch_dims.log" | tail -12
+fi
