@@ -134,6 +134,8 @@ static void test_policy_order(void) {
           a.k_spec, a.v_spec);
     build("--kv-f16-layers 0,-1 --compress-sliding", &a, 1);
     CHECK(a.n_f16_layers == 2 && a.f16_layers[1] == -1 && a.compress_sliding, "f16 layers and --compress-sliding");
+    build("--kv-sink 4 --policy tq-mse:4", &a, 1);
+    CHECK(a.sink_tokens == 4, "--kv-sink before --policy kept: %d", a.sink_tokens);
     build("-ctk q8_0 -ctv q4_0", &a, 1);
     CHECK(!strcmp(a.k_spec, "q8") && !strcmp(a.v_spec, "q4"), "llama.cpp names: %s/%s", a.k_spec, a.v_spec);
     build("--cache-type-k f16 --cache-type-v bf16", &a, 1);

@@ -171,7 +171,7 @@ static const struct { const char *names, *field; int llama; } FIELDS[] = {
     {"--cache-k", "k=", 0},       {"-ctk|--cache-type-k", "k=", 1},
     {"--cache-v", "v=", 0},       {"-ctv|--cache-type-v", "v=", 1},
     {"--kv-window", "w=", 0},     {"--kv-f16-layers", "f16layers=", 0},
-    {"--kv-calib", "calib=", 0},
+    {"--kv-calib", "calib=", 0},         {"--kv-sink", "sink=", 0},
 };
 #define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
 
@@ -296,6 +296,7 @@ void tool_policy_args_usage(FILE *f) {
             "  --kv-compress-sliding, --compress-sliding\n"
             "                         compress the sliding-window layers too (Gemma 3; default: they stay f16)\n"
             "  --kv-calib N           tokens kept f16 until +center/+chscale/+outliers plans calibrate (default 128)\n"
+            "  --kv-sink N            the first N positions of compressed global layers kept f16 (attention sink)\n"
             "  methods: %s\n"
             "           (NAME alone: its default width; options +outliers=K +center +chscale ...)\n",
             list);

@@ -49,6 +49,7 @@ int tool_policy_list(const char *s, tool_policy *out, int max, char *err, size_t
  *   --kv-window W                f16 window
  *   --kv-f16-layers L,L          f16 layers
  *   --kv-calib N                 calibration tokens
+ *   --kv-sink N                  f16 attention sink (the first N positions)
  *   --kv-compress-sliding | --compress-sliding   sliding layers compressed too
  * -ctk/-ctv also take llama.cpp's cache type names: f16, bf16, f32 as
  * themselves, q8_0 as q8 and q4_1 as q4 (the same blocks), q4_0 as q4 (the
@@ -61,7 +62,7 @@ typedef struct tool_policy_args {
     int n;                   /* per-field options given */
     int sliding;             /* --kv-compress-sliding given */
     int set;                 /* any policy option given */
-    tool_opt rows[14];       /* the table for tool_args_parse */
+    tool_opt rows[16];       /* the table for tool_args_parse */
 } tool_policy_args;
 
 /* Empty; builds the option table (a must not move afterwards). */
