@@ -190,6 +190,22 @@ KVQ_API kvq_isa kvq_plan_isa(const kvq_plan *plan);
  */
 KVQ_API int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa);
 
+/*
+ * The methods of the registry, for listings and messages (the CLI's errors
+ * and --help): i in [0, kvq_method_count()). A method with max_bits 0 takes
+ * no width (f16, q8, ...); otherwise NAME:B with B in [min_bits, max_bits]
+ * and NAME alone meaning NAME:default_bits. colon_rows: NAME:N sets the QJL
+ * projection size, not a width (qjl:M). KVQ_ERR_NULL / KVQ_ERR_RANGE (i out
+ * of range).
+ */
+typedef struct kvq_method_info {
+    const char *name; /* "tq-mse" (static storage) */
+    int min_bits, max_bits, default_bits;
+    int colon_rows;
+} kvq_method_info;
+KVQ_API int kvq_method_count(void);
+KVQ_API int kvq_method_get(int i, kvq_method_info *out);
+
 /* ------------------------------------------------------------------------ */
 /* Batched codec                                                             */
 /* ------------------------------------------------------------------------ */

@@ -108,20 +108,6 @@ def marker_of(row):
     return "o"
 
 
-LINE_COLORS = {}
-
-
-def line_color(row):
-    """A distinct color per policy (line plots, where families would merge)."""
-    import matplotlib
-    p = policy_name(row)
-    if p == "f16":
-        return "black"
-    if p not in LINE_COLORS:
-        LINE_COLORS[p] = matplotlib.colormaps["tab20"](len(LINE_COLORS) % 20)
-    return LINE_COLORS[p]
-
-
 def hollow(row):
     """Policies whose real cost is above the methods' bits (f16 window or f16 layers)."""
     return bool(row.get("window")) or bool(row.get("f16_layers"))
@@ -142,6 +128,111 @@ def order_policies(rows):
 
 def fmt(x, spec=".3g", none="–"):
     return format(x, spec) if num(x) else none
+
+
+# ---------------------------------------------------------------- readability
+# Every text of every panel is at least FS points (readable at 100 % zoom at
+# the DPI the PNGs are written with); legends are grouped by method family
+# (MAX_LEGEND entries at most) and point labels never overlap (a label with
+# no free place is left out; its point keeps its family's colour).
+FS, FS_TITLE, MAX_LEGEND, DPI = 9, 10, 14, 90
+
+MARKER_NOTES = [("o", "plain"), ("s", "+ f16 window"), ("^", "+outliers"), ("D", "f16 layers / sliding")]
+
+
+def label_later(ax, x, y, text, color="black"):
+    """Queues a point label; place_labels puts it once the layout is final."""
+    if not hasattr(ax, "_kvq_labels"):
+        ax._kvq_labels = []
+    ax._kvq_labels.append((x, y, text, color))
+
+
+def all_axes(fig):
+    """The axes of a figure and of its subfigures (the sheet)."""
+    out = list(fig.axes)
+    for sf in getattr(fig, "subfigs", []):
+        out += all_axes(sf)
+    return out
+
+
+def place_labels(fig):
+    """Puts the queued labels next to their points, each where it overlaps no
+    other label, point or the axes' edge; returns how many found no place."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    skipped = 0
+    for ax in all_axes(fig):
+        labels = getattr(ax, "_kvq_labels", [])
+        if not labels:
+            continue
+        box = ax.get_window_extent(r)
+        taken = []
+        pts = [ax.transData.transform((x, y)) for x, y, _, _ in labels]
+        for (px, py) in pts:  # the points themselves are taken (5 px around)
+            taken.append((px - 5, py - 5, px + 5, py + 5))
+        scale = fig.dpi / 72.0
+        order = sorted(range(len(labels)), key=lambda i: (pts[i][0], pts[i][1]))
+        for i in order:
+            x, y, text, color = labels[i]
+            px, py = pts[i]
+            t = ax.text(0, 0, text, fontsize=FS)
+            bb = t.get_window_extent(r)
+            t.remove()
+            w, h = bb.width, bb.height
+            cands = [(6, 2), (6, -h / scale - 2), (-6 - w / scale, 2), (-6 - w / scale, -h / scale - 2),
+                     (6, 10), (6, -h / scale - 10), (-6 - w / scale, 10), (-6 - w / scale, -h / scale - 10),
+                     (-w / scale / 2, 8), (-w / scale / 2, -h / scale - 8)]
+            for dx, dy in cands:
+                x0, y0 = px + dx * scale, py + dy * scale
+                rect = (x0, y0, x0 + w, y0 + h)
+                inside = rect[0] >= box.x0 and rect[2] <= box.x1 and rect[1] >= box.y0 and rect[3] <= box.y1
+                if inside and not any(rect[0] < q[2] and q[0] < rect[2] and rect[1] < q[3] and q[1] < rect[3]
+                                      for q in taken):
+                    taken.append(rect)
+                    a = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=FS,
+                                    color=color, va="bottom", ha="left")
+                    a.set_in_layout(False)
+                    break
+            else:
+                skipped += 1
+        ax._kvq_labels = []
+    return skipped
+
+
+def family_legend(ax, rows, loc="best", markers=True, outside=False):
+    """One legend entry per method family (its colour), and the marker
+    meanings used; MAX_LEGEND entries at most."""
+    from matplotlib.lines import Line2D
+    fams, seen = [], set()
+    for r in rows:
+        f = policy_family(r)
+        if f not in seen:
+            seen.add(f)
+            fams.append((f, color_of(r)))
+    h = [Line2D([], [], color=c, marker="o", ls="", label=f) for f, c in fams]
+    if markers:
+        used = {marker_of(r) for r in rows}
+        h += [Line2D([], [], color="gray", marker=m, ls="", mfc="none", label=n) for m, n in MARKER_NOTES
+              if m in used and m != "o"]
+    h = h[:MAX_LEGEND]
+    kw = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0) if outside else dict(loc=loc)
+    ax.legend(handles=h, fontsize=FS, ncol=1, **kw)
+
+
+def family_lines_legend(ax, rows, outside=True):
+    """Legend of line plots coloured by family: families, plus the dashed style."""
+    from matplotlib.lines import Line2D
+    fams, seen = [], set()
+    for r in rows:
+        f = policy_family(r)
+        if f not in seen:
+            seen.add(f)
+            fams.append((f, color_of(r)))
+    h = [Line2D([], [], color=c, lw=1.5, label=f) for f, c in fams][:MAX_LEGEND - 1]
+    if any(hollow(r) for r in rows):
+        h.append(Line2D([], [], color="gray", lw=1.2, ls="--", label="+ f16 window / layers"))
+    kw = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0) if outside else dict(loc="best")
+    ax.legend(handles=h, fontsize=FS, **kw)
 
 
 # ---------------------------------------------------------------- panels
@@ -169,15 +260,15 @@ def panel_throughput(fig, spec, d):
                     xs.append(v[0])
             ax.barh(ys, xs, height=h, color=cmap(ci / max(1, len(ctxs) - 1) * 0.85), label="ctx %d" % c)
         ax.axvline(1.0, color="k", lw=0.8, ls="--")
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=FS_TITLE)
         ax.set_yticks(range(len(pols)))
-        ax.set_yticklabels(pols if ai == 0 else [], fontsize=7)
+        ax.set_yticklabels(pols if ai == 0 else [], fontsize=FS)
         ax.invert_yaxis()
-        ax.tick_params(axis="x", labelsize=7)
+        ax.tick_params(axis="x", labelsize=FS)
         ax.grid(axis="x", alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right")
+    axes[1].legend(fontsize=FS, loc="lower right")
     th = rows[0].get("threads")
-    axes[0].set_xlabel("ratio to f16 (same run, interleaved; %s threads)" % th, fontsize=7)
+    axes[0].set_xlabel("ratio to f16 (same run, interleaved; %s threads)" % th, fontsize=FS)
     return True
 
 
@@ -199,21 +290,19 @@ def panel_quality(fig, spec, d):
             c = color_of(r)
             ax1.scatter(r["bits_per_value"], r["kld"], c="none" if hollow(r) else c, edgecolors=c,
                         marker=marker_of(r), s=28, zorder=3)
-            ax1.annotate(policy_name(r), (r["bits_per_value"], r["kld"]), fontsize=5.5, xytext=(3, 2),
-                         textcoords="offset points")
+            label_later(ax1, r["bits_per_value"], r["kld"], policy_name(r), c)
         ax1.set_yscale("log")
-        ax1.set_ylabel("mean KL(f16 || policy) per token", fontsize=8)
-        ax1.set_title("rate–distortion: KLD vs bits per value", fontsize=9)
+        ax1.set_ylabel("mean KL(f16 || policy) per token", fontsize=FS)
+        ax1.set_title("rate–distortion: KLD vs bits per value", fontsize=FS_TITLE)
         tops = [r for r in krows if num(r.get("top1")) and num(r.get("bits_per_value"))]
         for r in tops:
             c = color_of(r)
             ax2.scatter(r["bits_per_value"], 100 * (1 - r["top1"]) + 1e-3, c="none" if hollow(r) else c,
                         edgecolors=c, marker=marker_of(r), s=28, zorder=3)
-            ax2.annotate(policy_name(r), (r["bits_per_value"], 100 * (1 - r["top1"]) + 1e-3), fontsize=5.5,
-                         xytext=(3, 2), textcoords="offset points")
+            label_later(ax2, r["bits_per_value"], 100 * (1 - r["top1"]) + 1e-3, policy_name(r), c)
         ax2.set_yscale("log")
-        ax2.set_ylabel("top-1 disagreement with f16 (%)", fontsize=8)
-        ax2.set_title("next-token top-1 disagreement vs bits", fontsize=9)
+        ax2.set_ylabel("top-1 disagreement with f16 (%)", fontsize=FS)
+        ax2.set_title("next-token top-1 disagreement vs bits", fontsize=FS_TITLE)
     else:
         base = [r["ppl"] for r in prows if policy_name(r) == "f16"]
         for r in prows:
@@ -222,14 +311,15 @@ def panel_quality(fig, spec, d):
             y = 100 * (r["ppl"] / base[0] - 1) if base else r["ppl"]
             c = color_of(r)
             ax1.scatter(r["bits_per_value"], y, c="none" if hollow(r) else c, edgecolors=c, marker=marker_of(r), s=28)
-            ax1.annotate(policy_name(r), (r["bits_per_value"], y), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
-        ax1.set_ylabel("perplexity change vs f16 (%)" if base else "perplexity", fontsize=8)
-        ax1.set_title("perplexity vs bits per value", fontsize=9)
+            label_later(ax1, r["bits_per_value"], y, policy_name(r), c)
+        ax1.set_ylabel("perplexity change vs f16 (%)" if base else "perplexity", fontsize=FS)
+        ax1.set_title("perplexity vs bits per value", fontsize=FS_TITLE)
         ax2.set_visible(False)
     for ax in (ax1, ax2):
-        ax.set_xlabel("bits per value (K and V methods: codes + scales; hollow: + f16 window/layers)", fontsize=7)
-        ax.tick_params(labelsize=7)
+        ax.set_xlabel("bits per value (K, V methods; hollow: + f16 window/layers)", fontsize=FS)
+        ax.tick_params(labelsize=FS)
         ax.grid(alpha=0.3, which="both")
+    family_legend(ax2 if ax2.get_visible() else ax1, krows or prows, outside=True)
     return True
 
 
@@ -244,18 +334,18 @@ def panel_codec(fig, spec, d):
         c = color_of({"k": m, "v": m})
         if num(r.get("rel_mse")) and r["rel_mse"] > 0:
             ax1.scatter(r["bits_per_value"], r["rel_mse"], color=c, s=20)
-            ax1.annotate(m, (r["bits_per_value"], r["rel_mse"]), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
+            label_later(ax1, r["bits_per_value"], r["rel_mse"], m, c)
         if num(r.get("ip_rel_err")) and r["ip_rel_err"] > 0:
             ax2.scatter(r["bits_per_value"], r["ip_rel_err"], color=c, s=20)
-            ax2.annotate(m, (r["bits_per_value"], r["ip_rel_err"]), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
+            label_later(ax2, r["bits_per_value"], r["ip_rel_err"], m, c)
     data = rows[0].get("data", "")
     ax1.set_title("codec: relative MSE vs bits (d=%s%s)" % (rows[0].get("dim", "?"), ", " + data if data else ""),
-                  fontsize=9)
-    ax2.set_title("codec: inner-product relative error vs bits", fontsize=9)
+                  fontsize=FS_TITLE)
+    ax2.set_title("codec: inner-product relative error vs bits", fontsize=FS_TITLE)
     for ax in (ax1, ax2):
         ax.set_yscale("log")
-        ax.set_xlabel("bits per value (all stored bytes)", fontsize=7)
-        ax.tick_params(labelsize=7)
+        ax.set_xlabel("bits per value (all stored bytes)", fontsize=FS)
+        ax.tick_params(labelsize=FS)
         ax.grid(alpha=0.3, which="both")
     return True
 
@@ -272,11 +362,11 @@ def panel_memory(fig, spec, d):
             pts = sorted((p["ctx"], p["kv_bytes"]) for p in r["points"] if num(p.get("kv_bytes")))
             if not pts:
                 continue
-            c = line_color(r)
+            c = color_of(r)
             ax1.plot([p[0] for p in pts], [p[1] / 2**20 for p in pts], marker=marker_of(r), ms=3, lw=1.2 if
                      policy_name(r) == "f16" else 0.8, color=c, label=policy_name(r),
                      ls="--" if hollow(r) else "-")
-        ax1.set_title("KV cache memory vs context (exact plan)", fontsize=9)
+        ax1.set_title("KV cache memory vs context (exact plan)", fontsize=FS_TITLE)
         pols = order_policies(rows)
         maxc = []
         for p in pols:
@@ -284,31 +374,31 @@ def panel_memory(fig, spec, d):
             maxc.append((p, r.get("max_ctx", 0), r))
         ax2.barh(range(len(maxc)), [m[1] for m in maxc], color=[color_of(m[2]) for m in maxc])
         ax2.set_yticks(range(len(maxc)))
-        ax2.set_yticklabels([m[0] for m in maxc], fontsize=6)
+        ax2.set_yticklabels([m[0] for m in maxc], fontsize=FS)
         ax2.invert_yaxis()
         ax2.set_xscale("log")
         mem = rows[0].get("mem_bytes", 0)
         ctxm = rows[0].get("n_ctx_train")
         if num(ctxm) and ctxm > 0:
             ax2.axvline(ctxm, color="k", ls="--", lw=0.8)
-        ax2.set_title("longest context in %.3g GiB (weights + KV + runtime)%s" %
-                      (mem / 2**30, "; dashed: model's context" if ctxm else ""), fontsize=8)
-        ax2.tick_params(labelsize=7)
+        ax2.set_title("longest context in %.3g GiB\n(weights + KV + runtime)%s" %
+                      (mem / 2**30, "; dashed: model's context" if ctxm else ""), fontsize=FS)
+        ax2.tick_params(labelsize=FS)
         ax2.grid(axis="x", alpha=0.3, which="both")
     else:
         for p in order_policies(brows):
             pts = sorted((r["ctx"], r["kv_bytes"]) for r in brows if policy_name(r) == p)
             r0 = [r for r in brows if policy_name(r) == p][0]
             ax1.plot([q[0] for q in pts], [q[1] / 2**20 for q in pts], marker="o", ms=3, color=color_of(r0), label=p)
-        ax1.set_title("KV cache memory vs context (kvq bench)", fontsize=9)
+        ax1.set_title("KV cache memory vs context (kvq bench)", fontsize=FS_TITLE)
         ax2.set_visible(False)
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log")
-    ax1.set_xlabel("context (tokens)", fontsize=7)
-    ax1.set_ylabel("MiB", fontsize=7)
-    ax1.tick_params(labelsize=7)
+    ax1.set_xlabel("context (tokens)", fontsize=FS)
+    ax1.set_ylabel("MiB", fontsize=FS)
+    ax1.tick_params(labelsize=FS)
     ax1.grid(alpha=0.3, which="both")
-    ax1.legend(fontsize=5, ncol=2, loc="upper left")
+    family_lines_legend(ax1, rows or brows, outside=False)
     return True
 
 
@@ -319,16 +409,15 @@ def panel_layers(fig, spec, d):
     ax = fig.add_subplot(spec)
     for r in rows:
         y = [v if num(v) and v > 0 else float("nan") for v in r["layer_err"]]
-        ax.plot(range(len(y)), y, color=line_color(r), marker=marker_of(r), ms=2.5, lw=0.8,
+        ax.plot(range(len(y)), y, color=color_of(r), marker=marker_of(r), ms=2.5, lw=0.8,
                 ls="--" if hollow(r) else "-", label=policy_name(r))
     ax.set_yscale("log")
-    ax.set_xlabel("layer", fontsize=7)
-    ax.set_ylabel("relative L2 error of the attention output", fontsize=7)
-    ax.set_title("attention-output error per layer vs f16 (end to end, mean over scored positions)", fontsize=9)
-    ax.tick_params(labelsize=7)
+    ax.set_xlabel("layer", fontsize=FS)
+    ax.set_ylabel("relative L2 error of the attention output", fontsize=FS)
+    ax.set_title("attention-output error per layer vs f16\n(end to end, mean over scored positions)", fontsize=FS_TITLE)
+    ax.tick_params(labelsize=FS)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=5, ncol=2 if len(rows) > 12 else 1, loc="upper left", bbox_to_anchor=(1.005, 1.0),
-              borderaxespad=0)
+    family_lines_legend(ax, rows, outside=True)
     return True
 
 
@@ -360,13 +449,13 @@ def panel_gencheck(fig, spec, d):
             vals.append(sum(v) / len(v) if v else 0)
         ax.barh(range(len(pols)), vals, color=[color_of([r for r in rows if policy_name(r) == p][0]) for p in pols])
         ax.set_yticks(range(len(pols)))
-        ax.set_yticklabels(pols if ki == 0 else [], fontsize=6)
+        ax.set_yticklabels(pols if ki == 0 else [], fontsize=FS)
         ax.invert_yaxis()
         if n:
             ax.axvline(n, color="k", ls="--", lw=0.8)
-        ax.set_xlabel("mean over %d prompts (greedy, up to %d tokens)" % (rows[0].get("n_prompts", 0), n), fontsize=7)
-        ax.set_title("output comparison: " + titles.get(key, key), fontsize=9)
-        ax.tick_params(labelsize=7)
+        ax.set_xlabel("mean over %d prompts (greedy, up to %d tokens)" % (rows[0].get("n_prompts", 0), n), fontsize=FS)
+        ax.set_title("output comparison: " + titles.get(key, key), fontsize=FS_TITLE)
+        ax.tick_params(labelsize=FS)
         ax.grid(axis="x", alpha=0.3)
     return True
 
@@ -394,15 +483,16 @@ def panel_needle(fig, spec, d):
     ax = fig.add_subplot(spec)
     im = ax.imshow(m, aspect="auto", cmap="RdYlGn", vmin=0, vmax=1)
     ax.set_xticks(range(len(ctxs)))
-    ax.set_xticklabels([str(c) for c in ctxs], fontsize=7)
+    ax.set_xticklabels([str(c) for c in ctxs], fontsize=FS)
     ax.set_yticks(range(len(pols)))
-    ax.set_yticklabels(pols, fontsize=6)
+    ax.set_yticklabels(pols, fontsize=FS)
     for i in range(len(pols)):
         for j in range(len(ctxs)):
             if not np.isnan(m[i, j]):
-                ax.text(j, i, "%.2f" % m[i, j], ha="center", va="center", fontsize=5.5)
-    ax.set_xlabel("context (tokens)", fontsize=7)
-    ax.set_title("needle retrieval (%s)" % key, fontsize=9)
+                ax.text(j, i, "%.2f" % m[i, j], ha="center", va="center", fontsize=FS)
+    ax.tick_params(labelsize=FS)
+    ax.set_xlabel("context (tokens)", fontsize=FS)
+    ax.set_title("needle retrieval (%s)" % key, fontsize=FS_TITLE)
     fig.colorbar(im, ax=ax, fraction=0.03)
     return True
 
@@ -426,10 +516,11 @@ def n_policies(d):
 
 
 def save_png(fig, path, dpi):
-    """Saves a figure as a 256-colour PNG (plots have few colours: 3-5x smaller)."""
+    """Saves a figure as a 256-colour PNG (plots have few colours: 3-5x smaller),
+    cropped to what is drawn (nothing clipped)."""
     import io
     buf = io.BytesIO()
-    fig.savefig(buf, dpi=dpi, format="png")
+    fig.savefig(buf, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.15)
     try:
         from PIL import Image
         buf.seek(0)
@@ -440,41 +531,67 @@ def save_png(fig, path, dpi):
             f.write(buf.getvalue())
 
 
+def finish_layout(fig):
+    """Runs the constrained layout once, freezes it, then places the point labels."""
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+    return place_labels(fig)
+
+
+def panel_height(name, npol):
+    """Inches: rows of policy names (bar charts, the needle map) need FS-point rows."""
+    row = FS / 72.0 * 1.9
+    by_pols = {"throughput": 1.0, "memory": 1.0, "gencheck": 1.0, "needle": 1.2}
+    if name in by_pols:
+        return max(3.6, by_pols[name] * row * npol + 1.8)
+    return {"quality": 6.5, "codec": 4.8, "layers": 5.0}.get(name, 4.5)
+
+
+def draw_panel(name, fn, d, title, npol, width=12.0):
+    """A figure holding one panel, or None when the panel has no data."""
+    import matplotlib.pyplot as plt
+    fig = plt.figure(figsize=(width, panel_height(name, npol)), layout="constrained")
+    gs = fig.add_gridspec(1, 1)
+    if not fn(fig, gs[0, 0], d):
+        plt.close(fig)
+        return None
+    fig.suptitle("%s — %s" % (title, name), fontsize=FS_TITLE + 1)
+    return fig
+
+
 def render(d, outdir, prefix, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
-    width = 11
     npol = n_policies(d)
-    base_h = max(3.2, 0.16 * npol + 1.2)
-
-    def height(scale_by_pols, rel):
-        return (base_h if scale_by_pols else 4.0) * rel
-
     have = []
-    for name, fn, rel, scale in PANELS:
-        fig = plt.figure(figsize=(width, height(scale, rel)))
-        gs = fig.add_gridspec(1, 1)
-        ok = fn(fig, gs[0, 0], d)
-        if ok:
-            fig.suptitle("%s — %s" % (title, name), fontsize=10)
-            fig.tight_layout(rect=(0, 0, 1, 0.96))
-            path = os.path.join(outdir, prefix + name + ".png")
-            save_png(fig, path, 90)
-            written.append(path)
-            have.append((name, fn, rel, scale))
+    for name, fn, _, _ in PANELS:
+        fig = draw_panel(name, fn, d, title, npol)
+        if fig is None:
+            continue
+        finish_layout(fig)
+        path = os.path.join(outdir, prefix + name + ".png")
+        save_png(fig, path, DPI)
         plt.close(fig)
+        written.append(path)
+        have.append((name, fn))
     if have:
-        hs = [height(s, r) for _, _, r, s in have]
-        fig = plt.figure(figsize=(width, sum(hs) + 1.0))
-        gs = fig.add_gridspec(len(have), 1, height_ratios=hs, hspace=0.45)
-        for i, (name, fn, _, _) in enumerate(have):
-            fn(fig, gs[i, 0], d)
-        H = sum(hs) + 1.0
-        fig.suptitle(title, fontsize=12, y=1 - 0.2 / H)
-        fig.subplots_adjust(left=0.17, right=0.97, top=1 - 1.0 / H, bottom=0.03)
+        # the sheet: two panels side by side per row (a screen is wider than tall)
+        rows = [have[i:i + 2] for i in range(0, len(have), 2)]
+        hs = [max(panel_height(n, npol) for n, _ in r) for r in rows]
+        W = 24.0
+        fig = plt.figure(figsize=(W, sum(hs) + 0.8), layout="constrained")
+        gs = fig.add_gridspec(len(rows), 2, height_ratios=hs)
+        for ri, r in enumerate(rows):
+            for ci, (name, fn) in enumerate(r):
+                sub = gs[ri, ci] if len(r) == 2 else gs[ri, :]
+                sf = fig.add_subfigure(sub)
+                sf.suptitle(name, fontsize=FS_TITLE + 1)
+                fn(sf, sf.add_gridspec(1, 1)[0, 0], d)
+        fig.suptitle(title, fontsize=FS_TITLE + 4)
+        finish_layout(fig)
         path = os.path.join(outdir, prefix + "sheet.png")
         save_png(fig, path, 72)
         plt.close(fig)

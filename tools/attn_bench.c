@@ -20,13 +20,14 @@
 
 #include "kvq.h"
 #include "vecfile.h"
+#include "args.h"
 #include "tools.h"
 
 #define MAX_CTX 32
 #define N_ERR_QUERIES 8
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: kvq attn-bench --cache-k SPEC --cache-v SPEC --dim D --q-heads HQ --kv-heads HKV --ctx N[,N...]\n"
             "                      [--threads T] [--window W] [--rounds R] [--prefill N] [--data FILE [--vdata FILE]]\n"
             "                      [--seed S] [--json]\n"
@@ -109,40 +110,48 @@ static void time_pair(kvq_cache *a, kvq_cache *b, const float *q, size_t nq, int
     *reps_out = reps;
 }
 
+typedef struct { long *ctx; int n; } ctx_list;
+
+static int on_ctx(void *user, const char *name, const char *val, char *err, size_t cap) {
+    (void)name;
+    ctx_list *c = user;
+    int n = tool_parse_long_list(val, 1, 1L << 28, c->ctx, MAX_CTX, err, cap);
+    if (n < 0) return -1;
+    c->n = n;
+    return 0;
+}
+
 int cmd_attn_bench(int argc, char **argv) {
     const char *ks = NULL, *vs = NULL, *data = NULL, *vdata = NULL;
     int d = 0, hq = 0, hkv = 0, threads = 1, window = 0, rounds = 9, json = 0, prefill = 0;
     long ctxs[MAX_CTX];
     int nctx = 0;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        if (!val) { fprintf(stderr, "attn-bench: %s needs a value\n", a); usage(); return 2; }
-        i++;
-        if (!strcmp(a, "--cache-k")) ks = val;
-        else if (!strcmp(a, "--cache-v")) vs = val;
-        else if (!strcmp(a, "--dim")) d = atoi(val);
-        else if (!strcmp(a, "--q-heads")) hq = atoi(val);
-        else if (!strcmp(a, "--kv-heads")) hkv = atoi(val);
-        else if (!strcmp(a, "--threads")) threads = atoi(val);
-        else if (!strcmp(a, "--window")) window = atoi(val);
-        else if (!strcmp(a, "--rounds")) rounds = atoi(val);
-        else if (!strcmp(a, "--prefill")) prefill = atoi(val);
-        else if (!strcmp(a, "--data")) data = val;
-        else if (!strcmp(a, "--vdata")) vdata = val;
-        else if (!strcmp(a, "--seed")) seed = strtoull(val, NULL, 10);
-        else if (!strcmp(a, "--ctx")) {
-            if ((nctx = tool_parse_int_list(val, ctxs, MAX_CTX)) <= 0) { fprintf(stderr, "attn-bench: bad --ctx\n"); return 2; }
-        } else { fprintf(stderr, "attn-bench: unknown option %s\n", a); usage(); return 2; }
-    }
-    if (!ks || !vs || d <= 0 || hq <= 0 || hkv <= 0 || nctx <= 0 || threads < 1 || rounds < 1 || window < 0 || prefill < 0 || hq % hkv) {
-        usage();
-        return 2;
-    }
-    for (int i = 0; i < nctx; i++)
-        if (ctxs[i] < 1 || ctxs[i] > (1L << 28)) { fprintf(stderr, "attn-bench: ctx out of range\n"); return 2; }
+    ctx_list cl = {ctxs, 0};
+    const tool_opt opts[] = {
+        {.names = "--cache-k", .kind = TOOL_ARG_STR, .dst = &ks},
+        {.names = "--cache-v", .kind = TOOL_ARG_STR, .dst = &vs},
+        {.names = "--dim", .kind = TOOL_ARG_INT, .dst = &d, .min = KVQ_DIM_MIN, .max = KVQ_DIM_MAX},
+        {.names = "--q-heads", .kind = TOOL_ARG_INT, .dst = &hq, .min = 1, .max = 1024},
+        {.names = "--kv-heads", .kind = TOOL_ARG_INT, .dst = &hkv, .min = 1, .max = 1024},
+        {.names = "-t|--threads", .kind = TOOL_ARG_INT, .dst = &threads, .min = 1, .max = 256},
+        {.names = "--window", .kind = TOOL_ARG_INT, .dst = &window, .min = 0, .max = 1 << 28},
+        {.names = "--rounds", .kind = TOOL_ARG_INT, .dst = &rounds, .min = 1, .max = 1000},
+        {.names = "--prefill", .kind = TOOL_ARG_INT, .dst = &prefill, .min = 0, .max = 1 << 28},
+        {.names = "--data", .kind = TOOL_ARG_STR, .dst = &data},
+        {.names = "--vdata", .kind = TOOL_ARG_STR, .dst = &vdata},
+        {.names = "--seed", .kind = TOOL_ARG_U64, .dst = &seed},
+        {.names = "--ctx|-c", .kind = TOOL_ARG_FN, .fn = on_ctx, .user = &cl},
+        {.names = "--json", .kind = TOOL_ARG_SET, .dst = &json},
+        {0}};
+    const tool_opt *tables[] = {opts, NULL};
+    const tool_cmd cmd = {.name = "attn-bench", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    nctx = cl.n;
+    if (!ks || !vs || !d || !hq || !hkv || !nctx)
+        return tool_usage_error("attn-bench", "--cache-k, --cache-v, --dim, --q-heads, --kv-heads and --ctx are required");
+    if (hq % hkv) return tool_usage_error("attn-bench", "--q-heads %d is not a multiple of --kv-heads %d", hq, hkv);
     for (int i = 1; i < nctx; i++) /* ascending: the caches grow from one ctx to the next */
         for (int j = i; j > 0 && ctxs[j - 1] > ctxs[j]; j--) { long t = ctxs[j]; ctxs[j] = ctxs[j - 1]; ctxs[j - 1] = t; }
 

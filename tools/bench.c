@@ -37,6 +37,7 @@
 #include "kvq.h"
 #include "policy.h"
 #include "progress.h"
+#include "args.h"
 #include "tools.h"
 
 #define MAX_POLICIES 64
@@ -49,15 +50,15 @@ static void usage(FILE *f) {
             "  Prefill and generation tokens/s of the engine per cache policy, side by side\n"
             "  in one run (f16 first), and KV bytes per token. Policies: tools/policy.h,\n"
             "  e.g. --policies \"q8 tq-mse:4 k=q8,v=tq-mse:3 tq-mse:3,w=128\".\n"
-            "  -m MODEL          GGUF model (default: SmolLM2)\n"
-            "  --ctx LIST        context lengths, e.g. 512,4096,16K (default 512,2048)\n"
+            "  -m, --model MODEL GGUF model (default: SmolLM2)\n"
+            "  -c, --ctx LIST    context lengths, e.g. 512,4096,16K (default 512,2048)\n"
             "  --policies LIST   policies separated by spaces or '|' (repeatable; default f16)\n"
             "  --policy P        one more policy\n"
             "  --gen N           decode steps timed at each ctx (default 32)\n"
             "  --prefill N       prompt tokens timed before each ctx (default 512)\n"
             "  --rounds R        interleaved rounds of prefill and decode (default 4)\n"
-            "  --threads T       threads (default 2)\n"
-            "  --batch N         tokens per forward chunk (default 256)\n"
+            "  -t, --threads T   threads, 1..256 (default 2)\n"
+            "  -b, --batch N     tokens per forward chunk, 1..65536 (default 256)\n"
             "  --text FILE       token source (default corpora/prose.txt; synthetic ids if absent)\n"
             "  --json            one JSON object per (ctx, policy)\n"
             "What is measured: see the comment at the top of tools/bench.c and docs/RESULTS.md.\n");
@@ -83,6 +84,29 @@ typedef struct {
     int npol;
 } bench_opts;
 
+static int on_ctx(void *user, const char *name, const char *val, char *err, size_t cap) {
+    (void)name;
+    bench_opts *o = user;
+    int n = tool_parse_long_list(val, 2, 1L << 24, o->ctx, MAX_CTX, err, cap);
+    if (n < 0) return -1;
+    o->nctx = n;
+    return 0;
+}
+
+/* --policies LIST and --policy P add to the list (--policy: one policy, '|' and spaces kept as errors). */
+static int on_policies(void *user, const char *name, const char *val, char *err, size_t cap) {
+    bench_opts *o = user;
+    char why[768] = "";
+    int n = !strcmp(name, "--policy") ? (tool_policy_parse(val, &o->pols[o->npol], why, sizeof why) ? -1 : 1)
+                                      : tool_policy_list(val, o->pols + o->npol, MAX_POLICIES - 1 - o->npol, why, sizeof why);
+    if (n < 0 || o->npol + n >= MAX_POLICIES) {
+        snprintf(err, cap, "'%s': %s", val, n < 0 ? why : "too many policies");
+        return -1;
+    }
+    o->npol += n;
+    return 0;
+}
+
 static int parse(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
     o->gen = 32;
@@ -93,36 +117,23 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->nctx = 2;
     o->ctx[0] = 512;
     o->ctx[1] = 2048;
-    char err[200];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!v) { fprintf(stderr, "kvq bench: %s needs a value\n", a); return 2; }
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--ctx")) {
-            if ((o->nctx = tool_parse_int_list(v, o->ctx, MAX_CTX)) <= 0) { fprintf(stderr, "kvq bench: bad --ctx\n"); return 2; }
-        } else if (!strcmp(a, "--policies") || !strcmp(a, "--policy")) {
-            int n = !strcmp(a, "--policy") ? (tool_policy_parse(v, &o->pols[o->npol], err, sizeof err) ? -1 : 1)
-                                           : tool_policy_list(v, o->pols + o->npol, MAX_POLICIES - 1 - o->npol, err, sizeof err);
-            if (n < 0 || o->npol + n >= MAX_POLICIES) { fprintf(stderr, "kvq bench: %s: %s\n", a, err); return 2; }
-            o->npol += n;
-        } else if (!strcmp(a, "--gen")) o->gen = atoi(v);
-        else if (!strcmp(a, "--prefill")) o->prefill = atoi(v);
-        else if (!strcmp(a, "--rounds")) o->rounds = atoi(v);
-        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
-        else if (!strcmp(a, "--batch")) o->batch = atoi(v);
-        else if (!strcmp(a, "--text")) o->text = v;
-        else { fprintf(stderr, "kvq bench: unknown option %s\n", a); usage(stderr); return 2; }
-    }
-    if (o->gen < 1 || o->prefill < 0 || o->rounds < 1 || o->rounds > MAX_ROUNDS || o->threads < 1 ||
-        o->threads > 256 || o->batch < 1 || o->batch > 65536) {
-        fprintf(stderr, "kvq bench: bad option value\n");
-        return 2;
-    }
-    for (int i = 0; i < o->nctx; i++)
-        if (o->ctx[i] < 2 || o->ctx[i] > (1L << 24)) { fprintf(stderr, "kvq bench: ctx out of range\n"); return 2; }
+    const tool_opt opts[] = {
+        {.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &o->model},
+        {.names = "--ctx|-c|--ctx-size", .kind = TOOL_ARG_FN, .fn = on_ctx, .user = o},
+        {.names = "--policies|--policy", .kind = TOOL_ARG_FN, .fn = on_policies, .user = o},
+        {.names = "--gen", .kind = TOOL_ARG_INT, .dst = &o->gen, .min = 1, .max = 1 << 20},
+        {.names = "--prefill", .kind = TOOL_ARG_INT, .dst = &o->prefill, .min = 0, .max = 1 << 24},
+        {.names = "--rounds", .kind = TOOL_ARG_INT, .dst = &o->rounds, .min = 1, .max = MAX_ROUNDS},
+        {.names = "-t|--threads", .kind = TOOL_ARG_INT, .dst = &o->threads, .min = 1, .max = 256},
+        {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_INT, .dst = &o->batch, .min = 1, .max = 65536},
+        {.names = "--text", .kind = TOOL_ARG_STR, .dst = &o->text},
+        {.names = "--json", .kind = TOOL_ARG_SET, .dst = &o->json},
+        TOOL_OPT_NGL,
+        {0}};
+    const tool_opt *tables[] = {opts, NULL};
+    const tool_cmd cmd = {.name = "bench", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 1 : pr;
     for (int i = 1; i < o->nctx; i++)
         for (int j = i; j > 0 && o->ctx[j - 1] > o->ctx[j]; j--) { long t = o->ctx[j]; o->ctx[j] = o->ctx[j - 1]; o->ctx[j - 1] = t; }
     return 0;
@@ -403,7 +414,7 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < np; i++) {
             kvq_cache *c = kvq_session_cache(P[i].s);
             size_t bpt = kvq_cache_bytes_per_token(c), kvb = kvq_cache_memory_bytes(c);
-            double bits = 8.0 * (double)bpt / (double)(2 * (size_t)mc->n_layers * mc->n_head_kv * mc->head_dim);
+            double bits = tool_bits_per_value(bpt, mc);
             double bk = 0, bv = 0;
             tool_policy_bits(&P[i].pol, mc->head_dim, &bk, &bv);
             double pre = P[i].pre_t > 0 ? (double)Pn / P[i].pre_t : 0, gen = P[i].gen_t > 0 ? (double)G / P[i].gen_t : 0;

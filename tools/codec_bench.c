@@ -20,6 +20,7 @@
 #include "kvq.h"
 #include "vecfile.h"
 #include "rd_bound.h"
+#include "args.h"
 #include "tools.h"
 
 #define NQ 16
@@ -47,10 +48,12 @@ static double rlaplace(rng *r) {
     return u < 0 ? -m : m;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: kvq codec-bench --method SPEC|all --dim D --n N [--data gauss|laplace|FILE] [--seed S] [--json]\n"
-            "  FILE: a vector file (docs/FORMAT.md), e.g. from kvq dump-kv; --dim must match it\n");
+            "  FILE: a vector file (docs/FORMAT.md), e.g. from kvq dump-kv; --dim must match it\n"
+            "  --dim D: 32..512, a multiple of 8 (default 128); --n N: 1..10000000 (default 20000);\n"
+            "  --method all: every method of the registry at its widths\n");
 }
 
 typedef struct {
@@ -156,22 +159,19 @@ int cmd_codec_bench(int argc, char **argv) {
     long d = 128, n = 20000;
     uint64_t seed = 1;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "--method") && more) method = argv[++i];
-        else if (!strcmp(a, "--dim") && more) d = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--n") && more) n = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--data") && more) data = argv[++i];
-        else if (!strcmp(a, "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { fprintf(stderr, "codec-bench: unknown or incomplete option '%s'\n", a); usage(); return 2; }
-    }
-    if (d < KVQ_DIM_MIN || d > KVQ_DIM_MAX || d % 8 || n < 1 || n > 10000000) {
-        fprintf(stderr, "codec-bench: need 32 <= dim <= 512 (multiple of 8) and 1 <= n <= 1e7\n");
-        return 2;
-    }
+    const tool_opt opts[] = {
+        {.names = "--method", .kind = TOOL_ARG_STR, .dst = &method},
+        {.names = "--dim", .kind = TOOL_ARG_LONG, .dst = &d, .min = KVQ_DIM_MIN, .max = KVQ_DIM_MAX},
+        {.names = "--n", .kind = TOOL_ARG_LONG, .dst = &n, .min = 1, .max = 10000000},
+        {.names = "--data", .kind = TOOL_ARG_STR, .dst = &data},
+        {.names = "--seed", .kind = TOOL_ARG_U64, .dst = &seed},
+        {.names = "--json", .kind = TOOL_ARG_SET, .dst = &json},
+        {0}};
+    const tool_opt *tables[] = {opts, NULL};
+    const tool_cmd cmd = {.name = "codec-bench", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if (d % 8) return tool_usage_error("codec-bench", "--dim %ld: not a multiple of 8 (accepted: %d..%d, multiples of 8)", d, KVQ_DIM_MIN, KVQ_DIM_MAX);
     float *x = NULL;
     if (!strcmp(data, "gauss") || !strcmp(data, "laplace")) {
         x = malloc((size_t)n * d * sizeof *x);

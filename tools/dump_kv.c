@@ -13,6 +13,7 @@
 #include "kvq_engine.h"
 #include "kvq.h"
 #include "vecfile.h"
+#include "args.h"
 #include "tools.h"
 
 static void usage(FILE *f) {
@@ -24,7 +25,7 @@ static void usage(FILE *f) {
             "  --layers LIST     only these layers (comma-separated; default all)\n"
             "  --dtype f32|f16   element type in the files (default f32)\n"
             "  --queries         also write OUT.q.vec (queries, n_head per token)\n"
-            "  --threads T       threads (default 2)\n");
+            "  -t, --threads T   threads, 1..256 (default 2)\n");
 }
 
 typedef struct {
@@ -67,25 +68,21 @@ int cmd_dump_kv(int argc, char **argv) {
     const char *model = NULL, *text_path = NULL, *out = NULL, *layers = NULL, *dtype = "f32";
     long max_tokens = 2048;
     int threads = 2, queries = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--queries")) { queries = 1; continue; }
-        if (!v) { fprintf(stderr, "kvq dump-kv: %s needs a value\n", a); return 2; }
-        i++;
-        if (!strcmp(a, "-m")) model = v;
-        else if (!strcmp(a, "-f")) text_path = v;
-        else if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--max-tokens")) max_tokens = atol(v);
-        else if (!strcmp(a, "--layers")) layers = v;
-        else if (!strcmp(a, "--dtype")) dtype = v;
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
-        else { fprintf(stderr, "kvq dump-kv: unknown option %s\n", a); usage(stderr); return 2; }
-    }
-    if (!text_path || !out || max_tokens < 1 || threads < 1 || (strcmp(dtype, "f32") && strcmp(dtype, "f16"))) {
-        usage(stderr);
-        return 2;
-    }
+    const tool_opt opts[] = {
+        {.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &model},
+        {.names = "-f|--file", .kind = TOOL_ARG_STR, .dst = &text_path},
+        {.names = "-o|--output", .kind = TOOL_ARG_STR, .dst = &out},
+        {.names = "--max-tokens", .kind = TOOL_ARG_LONG, .dst = &max_tokens, .min = 1, .max = 1 << 24},
+        {.names = "--layers", .kind = TOOL_ARG_STR, .dst = &layers},
+        {.names = "--dtype", .kind = TOOL_ARG_CHOICE, .dst = &dtype, .choices = "f32|f16"},
+        {.names = "--queries", .kind = TOOL_ARG_SET, .dst = &queries},
+        {.names = "-t|--threads", .kind = TOOL_ARG_INT, .dst = &threads, .min = 1, .max = 256},
+        {0}};
+    const tool_opt *tables[] = {opts, NULL};
+    const tool_cmd cmd = {.name = "dump-kv", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if (!text_path || !out) return tool_usage_error("dump-kv", "-f TEXT and -o OUT are required");
     char def[4096];
     if (!model) {
         if (tool_default_model(def, sizeof def, 1)) { fprintf(stderr, "kvq dump-kv: no model\n"); return 1; }
@@ -123,10 +120,10 @@ int cmd_dump_kv(int argc, char **argv) {
     if (!keep || !d.k || !d.v || (queries && !d.q)) { rc = KVQ_ERR_NOMEM; goto done; }
     if (layers) {
         long list[KVQ_MAX_LAYERS];
-        int nl = tool_parse_int_list(layers, list, KVQ_MAX_LAYERS);
-        if (nl <= 0) { fprintf(stderr, "kvq dump-kv: bad --layers\n"); goto done; }
+        char lerr[256];
+        int nl = tool_parse_long_list(layers, 0, c->n_layers - 1, list, KVQ_MAX_LAYERS, lerr, sizeof lerr);
+        if (nl <= 0) { fprintf(stderr, "kvq dump-kv: --layers %s (the model has layers 0..%d)\n", lerr, c->n_layers - 1); goto done; }
         for (int i = 0; i < nl; i++) {
-            if (list[i] < 0 || list[i] >= c->n_layers) { fprintf(stderr, "kvq dump-kv: layer %ld out of range\n", list[i]); goto done; }
             keep[list[i]] = 1;
         }
     } else {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "progress.h"
 #include "tools.h"
 
 /* ------------------------------------------------------------------------ */
@@ -128,38 +129,45 @@ int eval_tokenize(const kvq_model *t, const char *text, size_t len, int add_spec
 /* ------------------------------------------------------------------------ */
 /* Options                                                                   */
 /* ------------------------------------------------------------------------ */
+static int on_policies(void *user, const char *name, const char *val, char *err, size_t cap) {
+    (void)name;
+    eval_common *c = user;
+    char why[768];
+    int n = tool_policy_list(val, c->list, EVAL_MAX_POLICIES, why, sizeof why);
+    if (n < 0) {
+        snprintf(err, cap, "'%s': %s", val, why);
+        return -1;
+    }
+    c->n_list = n;
+    return 0;
+}
+
 void eval_common_init(eval_common *c) {
     memset(c, 0, sizeof *c);
     c->threads = 2;
+    c->acts = "q8";
     tool_policy_init(&c->single);
+    tool_policy_args_init(&c->pa);
+    int r = 0;
+    c->rows[r++] = (tool_opt){.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &c->model};
+    c->rows[r++] = (tool_opt){.names = "-t|--threads", .kind = TOOL_ARG_INT, .dst = &c->threads, .min = 1, .max = 256};
+    c->rows[r++] = (tool_opt){.names = "--acts", .kind = TOOL_ARG_CHOICE, .dst = &c->acts, .choices = "q8|f32"};
+    c->rows[r++] = (tool_opt){.names = "--seed", .kind = TOOL_ARG_U64, .dst = &c->seed};
+    c->rows[r++] = (tool_opt){.names = "--json", .kind = TOOL_ARG_SET, .dst = &c->json};
+    c->rows[r++] = (tool_opt){.names = "--policies", .kind = TOOL_ARG_FN, .fn = on_policies, .user = c};
+    c->rows[r++] = (tool_opt)TOOL_OPT_NGL;
+    c->rows[r] = (tool_opt){0};
 }
 
-int eval_common_option(eval_common *c, const char *tool, int argc, char **argv, int i) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--json")) { c->json = 1; return 1; }
-    char err[256] = "";
-    const char *opt = !strcmp(a, "--compress-sliding") ? "--kv-compress-sliding" : a;
-    int r = tool_policy_option(&c->single, opt, v, err, sizeof err);
-    if (r < 0) { fprintf(stderr, "kvq %s: %s\n", tool, err); return -1; }
-    if (r > 0) { c->single_set = 1; return r; }
-    int known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--threads") || !strcmp(a, "--acts") ||
-                !strcmp(a, "--seed") || !strcmp(a, "--policies");
-    if (!known) return 0;
-    if (!v) { fprintf(stderr, "kvq %s: %s needs a value\n", tool, a); return -1; }
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model = v;
-    else if (!strcmp(a, "--threads")) {
-        c->threads = atoi(v);
-        if (c->threads < 1 || c->threads > 256) { fprintf(stderr, "kvq %s: bad --threads\n", tool); return -1; }
-    } else if (!strcmp(a, "--acts")) {
-        if (strcmp(v, "q8") && strcmp(v, "f32")) { fprintf(stderr, "kvq %s: --acts q8 or f32\n", tool); return -1; }
-        c->f32_acts = !strcmp(v, "f32");
-    } else if (!strcmp(a, "--seed")) c->seed = strtoull(v, NULL, 10);
-    else {
-        int n = tool_policy_list(v, c->list, EVAL_MAX_POLICIES, err, sizeof err);
-        if (n < 0) { fprintf(stderr, "kvq %s: --policies: %s\n", tool, err); return -1; }
-        c->n_list = n;
-    }
-    return 2;
+const tool_opt *eval_common_table(eval_common *c) { return c->rows; }
+const tool_opt *eval_common_policy_table(eval_common *c) { return tool_policy_args_table(&c->pa); }
+
+int eval_common_finish(eval_common *c, const char *tool) {
+    char err[1024] = "";
+    if (tool_policy_args_build(&c->pa, &c->single, err, sizeof err)) return tool_usage_error(tool, "%s", err);
+    c->single_set = c->pa.set;
+    c->f32_acts = !strcmp(c->acts, "f32");
+    return 0;
 }
 
 int eval_common_policies(const eval_common *c, tool_policy *out, int max) {
@@ -173,19 +181,15 @@ int eval_common_policies(const eval_common *c, tool_policy *out, int max) {
 
 void eval_common_usage(FILE *f) {
     fprintf(f,
-            "  -m MODEL               GGUF model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
-            "  --cache-k SPEC         key cache method (default f16; docs/METHODS.md)\n"
-            "  --cache-v SPEC         value cache method (default f16)\n"
-            "  --kv-window W          keep the W most recent tokens in f16\n"
-            "  --kv-f16-layers L,L    layers kept in f16 (negative: from the end)\n"
-            "  --compress-sliding     compress sliding-window layers too (Gemma 3; default: f16)\n"
-            "  --kv-calib N           tokens kept f16 until +center/+chscale/+outliers plans calibrate (default 128)\n"
-            "  --policy P             one policy string (tools/policy.h: 'q8/tq-mse:4,w=128')\n"
-            "  --policies \"P P ...\"   several policies, each a result (space- or '|'-separated)\n"
-            "  --threads T            threads (default 2)\n"
+            "  -m, --model MODEL      GGUF model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+            "  --policies \"P P ...\"   several policies, each a result (space- or '|'-separated); the\n"
+            "                         policy options below, when given, add one more\n"
+            "  -t, --threads T        threads, 1..256 (default 2)\n"
             "  --acts q8|f32          activations of quantized-weight products (default q8)\n"
             "  --seed S               cache rotation seed (default 0)\n"
-            "  --json                 one JSON object per result on stdout (flushed per line)\n");
+            "  --json                 one JSON object per result on stdout (flushed per line)\n"
+            "  -ngl N                 refused: kvq's engine runs on the CPU (GPUs: the Python/PyTorch integration)\n");
+    tool_policy_args_usage(f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -220,31 +224,16 @@ int eval_policy_bits(const tool_policy *p, int head_dim, double *bits_k, double 
 double eval_cache_bits_all(kvq_session *s, const kvq_model *m) {
     kvq_model_info mi;
     kvq_model_get_info(m, &mi);
-    double values = 2.0 * mi.n_layers * mi.n_head_kv * mi.head_dim;
-    return (double)kvq_cache_bytes_per_token(kvq_session_cache(s)) * 8.0 / values;
+    return tool_bits_per_value(kvq_cache_bytes_per_token(kvq_session_cache(s)), &mi);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Ctrl-C                                                                    */
 /* ------------------------------------------------------------------------ */
-/* The one piece of mutable global state of the CLI: set by the handler. */
-static volatile sig_atomic_t g_interrupted = 0;
+/* One handler for the whole CLI (progress.c): a second Ctrl-C kills. */
+void eval_sigint_install(void) { tool_interrupt_install(); }
 
-static void on_sigint(int sig) {
-    (void)sig;
-    g_interrupted = 1;
-}
-
-void eval_sigint_install(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills */
-    sigaction(SIGINT, &sa, NULL);
-}
-
-int eval_interrupted(void) { return g_interrupted != 0; }
+int eval_interrupted(void) { return tool_interrupted(); }
 
 /* ------------------------------------------------------------------------ */
 /* Progress                                                                  */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "kvq_engine.h"
+#include "args.h"
 #include "kvq.h"
 #include "policy.h"
 
@@ -52,27 +53,34 @@ int eval_tokenize(const kvq_model *t, const char *text, size_t len, int add_spec
                   int32_t **ids, size_t *n);
 
 /*
- * Common options of the evaluation tools. eval_common_option consumes argv[i]
- * (and its value): returns the number of arguments consumed (1 or 2), 0 if
- * the option is not a common one, -1 on a bad value (message printed).
- * Handles -m/--model, --threads, --acts q8|f32, --seed, --json, --policies,
- * and the policy options of policy.h (--cache-k, --cache-v, --kv-window,
- * --kv-f16-layers, --kv-compress-sliding = --compress-sliding, --policy).
+ * Common options of the evaluation tools, as a table for tool_args_parse
+ * (eval_common_table, next to the tool's own table): -m/--model,
+ * -t/--threads, --acts q8|f32, --seed, --json, --policies, the cache-policy
+ * options of policy.h (tool_policy_args: any order) and -ngl (refused:
+ * CPU engine). After parsing, eval_common_finish builds the single policy.
+ * The struct must not move after eval_common_init (the table points into it).
  */
 typedef struct eval_common {
     const char *model;
     int threads;
     int f32_acts;
+    const char *acts;         /* --acts value */
     uint64_t seed;
     int json;
-    tool_policy single;       /* built from the per-field options */
-    int single_set;           /* a per-field option was given */
+    tool_policy_args pa;      /* the per-field policy options and --policy */
+    tool_policy single;       /* built from them (eval_common_finish) */
+    int single_set;           /* a policy option was given */
     tool_policy list[EVAL_MAX_POLICIES];
     int n_list;               /* from --policies */
+    tool_opt rows[10];
 } eval_common;
 
 void eval_common_init(eval_common *c);
-int eval_common_option(eval_common *c, const char *tool, int argc, char **argv, int i);
+/* The common options' table, and the policy options' (both for tool_cmd.tables). */
+const tool_opt *eval_common_table(eval_common *c);
+const tool_opt *eval_common_policy_table(eval_common *c);
+/* Builds the single policy after parsing; 0, or TOOL_EXIT_USAGE (message printed). */
+int eval_common_finish(eval_common *c, const char *tool);
 /* The policies to test: --policies, else the single one (f16 when nothing was given). */
 int eval_common_policies(const eval_common *c, tool_policy *out, int max);
 /* Help text of the common options. */

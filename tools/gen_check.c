@@ -54,7 +54,7 @@ static void usage(FILE *f) {
             "usage: kvq gen-check [-m MODEL] [policy options] [options]\n"
             "  greedy generation over %d fixed prompts, f16 cache first, then each policy: tokens before\n"
             "  EOS or a degenerate repeat, first position where the tokens differ from the f16 cache's\n"
-            "  --n N                   tokens to generate per prompt (default 200)\n"
+            "  -n, --n N               tokens to generate per prompt (default 200)\n"
             "  --prompts K             use the first K prompts (default all)\n"
             "  --chat | --completion   prompt style (default: chat when the GGUF has a chat template)\n"
             "  --per-prompt            with --json, also one record per prompt and policy (with the text)\n"
@@ -178,7 +178,7 @@ static void print_summary(FILE *f, const eval_env *e, int n, const pol_state *ps
     eval_json_num(f, ps->done ? sd / ps->done : NAN);
     fprintf(f, ",\"identical\":%d,\"eos\":%d,\"degenerate\":%d,\"seconds\":", ident, neos, ndeg);
     eval_json_num(f, ps->seconds);
-    fprintf(f, ",\"interrupted\":%s}\n", interrupted ? "true" : "false");
+    fprintf(f, ",\"interrupted\":%s,\"partial\":%s}\n", interrupted ? "true" : "false", interrupted ? "true" : "false");
     fflush(f);
 }
 
@@ -186,26 +186,19 @@ int cmd_gen_check(int argc, char **argv) {
     eval_common co;
     eval_common_init(&co);
     int n = 200, nprompts = N_PROMPTS, chat = -1, per_prompt = 0, show = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        int r = eval_common_option(&co, "gen-check", argc, argv, i);
-        if (r < 0) return 2;
-        if (r > 0) { i += r - 1; continue; }
-        if (!strcmp(a, "--chat")) { chat = 1; continue; }
-        if (!strcmp(a, "--completion")) { chat = 0; continue; }
-        if (!strcmp(a, "--per-prompt")) { per_prompt = 1; continue; }
-        if (!strcmp(a, "--show")) { show = 1; continue; }
-        if (!v) { fprintf(stderr, "kvq gen-check: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
-        i++;
-        if (!strcmp(a, "--n")) n = atoi(v);
-        else if (!strcmp(a, "--prompts")) nprompts = atoi(v);
-        else { fprintf(stderr, "kvq gen-check: unknown option %s\n", a); usage(stderr); return 2; }
-    }
-    if (n < 1 || n > 100000 || nprompts < 1 || nprompts > N_PROMPTS) {
-        fprintf(stderr, "kvq gen-check: bad --n or --prompts (1..%d)\n", N_PROMPTS);
-        return 2;
-    }
+    const tool_opt opts[] = {
+        {.names = "--n|-n|--n-predict", .kind = TOOL_ARG_INT, .dst = &n, .min = 1, .max = 100000},
+        {.names = "--prompts", .kind = TOOL_ARG_INT, .dst = &nprompts, .min = 1, .max = N_PROMPTS},
+        {.names = "--chat", .kind = TOOL_ARG_SET, .dst = &chat},
+        {.names = "--completion", .kind = TOOL_ARG_CLEAR, .dst = &chat},
+        {.names = "--per-prompt", .kind = TOOL_ARG_SET, .dst = &per_prompt},
+        {.names = "--show", .kind = TOOL_ARG_SET, .dst = &show},
+        {0}};
+    const tool_opt *tables[] = {opts, eval_common_table(&co), eval_common_policy_table(&co), NULL};
+    const tool_cmd cmd = {.name = "gen-check", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if ((pr = eval_common_finish(&co, "gen-check"))) return pr;
     /* the f16 reference first, then the policies (a plain f16 one is the reference) */
     tool_policy given[EVAL_MAX_POLICIES], pols[EVAL_MAX_POLICIES + 1];
     int ng = eval_common_policies(&co, given, EVAL_MAX_POLICIES), np = 1;
@@ -311,8 +304,9 @@ int cmd_gen_check(int argc, char **argv) {
         for (int p = 0; p < np; p++) print_summary(stdout, &e, n, &ps[p], chat, stop);
     } else {
         printf("model %s, %s prompts, %d tokens max, greedy; per prompt: coherent tokens / first divergence from f16 "
-               "('=' identical)\n\n%-28s",
-               eval_basename(e.model_path), chat ? "chat" : "completion", n, "policy");
+               "('=' identical)%s\n\n%-28s",
+               eval_basename(e.model_path), chat ? "chat" : "completion", n,
+               stop ? " (PARTIAL: interrupted)" : "", "policy");
         for (int i = 0; i < ps[0].done; i++) printf("  %9d", i);
         printf("  %9s %9s %6s\n", "coherent", "diverge", "ident");
         for (int p = 0; p < np; p++) {
@@ -336,7 +330,7 @@ int cmd_gen_check(int argc, char **argv) {
         }
         fflush(stdout);
     }
-    ret = 0;
+    ret = stop ? TOOL_EXIT_INTERRUPTED : 0;
     goto done;
 nomem:
     fprintf(stderr, "kvq gen-check: out of memory\n");

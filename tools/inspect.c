@@ -4,24 +4,28 @@
 
 #include "kvq_engine.h"
 #include "kvq.h"
+#include "args.h"
 #include "tools.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq inspect [MODEL] [--tensors]\n"
+    fprintf(f, "usage: kvq inspect [MODEL | -m MODEL] [--tensors]\n"
                "  architecture, layers, heads, head dim, context, rope, sliding windows, weight types;\n"
                "  MODEL defaults to the installed SmolLM2; --tensors lists every tensor\n");
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
-    int list = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--tensors")) list = 1;
-        else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
-        else if (argv[i][0] != '-' && !path) path = argv[i];
-        else { usage(stderr); return 2; }
-    }
+    const char *path = NULL, *pos[1] = {NULL};
+    int list = 0, npos = 0;
+    const tool_opt opts[] = {
+        {.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &path},
+        {.names = "--tensors", .kind = TOOL_ARG_SET, .dst = &list},
+        {0}};
+    const tool_opt *tables[] = {opts, NULL};
+    const tool_cmd cmd = {.name = "inspect", .usage = usage, .tables = tables, .pos = pos, .max_pos = 1, .n_pos = &npos};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if (npos && path) return tool_usage_error("inspect", "the model is given twice ('%s' and -m %s)", pos[0], path);
+    if (npos) path = pos[0];
     char def[4096];
     if (!path) {
         if (tool_default_model(def, sizeof def, 0)) { fprintf(stderr, "kvq inspect: no model given and none installed\n"); return 2; }
@@ -29,7 +33,13 @@ int cmd_inspect(int argc, char **argv) {
     }
     kvq_gguf_file *g = NULL;
     int rc = kvq_gguf_open(&g, path);
-    if (rc) { fprintf(stderr, "kvq inspect: %s: %s\n", path, kvq_strerror(rc)); return 1; }
+    if (rc) { /* the loader says why in words */
+        char err[512] = "";
+        kvq_model *m = NULL;
+        if (kvq_model_load(&m, path, err, sizeof err) == KVQ_OK) kvq_model_free(m);
+        fprintf(stderr, "kvq inspect: %s\n", err[0] ? err : kvq_strerror(rc));
+        return 1;
+    }
     kvq_gguf_info gi;
     kvq_gguf_get_info(g, &gi);
     printf("file           %s\n", path);

@@ -31,11 +31,11 @@ static void usage(FILE *f) {
             "usage: kvq kld [-m MODEL] -f TEXT [options]\n"
             "  KL divergence, top-1 agreement and perplexity of cache policies vs a base cache, plus\n"
             "  per-layer attention-output error; windows as kvq ppl (second half of each scored)\n"
-            "  -f TEXT                text file (e.g. corpora/prose.txt)\n"
+            "  -f, --file TEXT        text file (e.g. corpora/prose.txt)\n"
             "  --base f16|f32         base cache (default f16)\n"
-            "  --ctx C                window length in tokens (default 1024)\n"
+            "  -c, --ctx C            window length in tokens (default 1024)\n"
             "  --chunks N             windows to evaluate (default: all the text holds)\n"
-            "  --batch B              tokens per eval call (default 256; 0 = the whole window at once)\n"
+            "  -b, --batch B          tokens per eval call (default 256; 0 = the whole window at once)\n"
             "  --per-window           with --json, also one record per window and policy\n"
             "  --no-layers            do not measure per-layer attention errors\n"
             "  --isolate              for each policy, one run per compressed layer with every other\n"
@@ -212,7 +212,7 @@ static void print_json(FILE *f, const char *record, const run_info *ri, int wind
     eval_json_num(f, ps->seconds);
     fprintf(f, ",\"seconds_base\":");
     eval_json_num(f, ri->seconds_base);
-    fprintf(f, ",\"interrupted\":%s}\n", interrupted ? "true" : "false");
+    fprintf(f, ",\"interrupted\":%s,\"partial\":%s}\n", interrupted ? "true" : "false", interrupted ? "true" : "false");
     fflush(f);
 }
 
@@ -222,30 +222,22 @@ int cmd_kld(int argc, char **argv) {
     const char *text_path = NULL, *base_spec = "f16";
     long ctx = 1024, chunks = 0, batch = 256;
     int per_window = 0, layers = 1, isolate = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        int r = eval_common_option(&co, "kld", argc, argv, i);
-        if (r < 0) return 2;
-        if (r > 0) { i += r - 1; continue; }
-        if (!strcmp(a, "--per-window")) { per_window = 1; continue; }
-        if (!strcmp(a, "--no-layers")) { layers = 0; continue; }
-        if (!strcmp(a, "--isolate")) { isolate = 1; continue; }
-        if (!v) { fprintf(stderr, "kvq kld: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
-        i++;
-        if (!strcmp(a, "-f")) text_path = v;
-        else if (!strcmp(a, "--base")) base_spec = v;
-        else if (!strcmp(a, "--ctx")) ctx = atol(v);
-        else if (!strcmp(a, "--chunks")) chunks = atol(v);
-        else if (!strcmp(a, "--batch")) batch = atol(v);
-        else { fprintf(stderr, "kvq kld: unknown option %s\n", a); usage(stderr); return 2; }
-    }
-    if (!text_path) { fprintf(stderr, "kvq kld: -f TEXT is required\n"); usage(stderr); return 2; }
-    if (strcmp(base_spec, "f16") && strcmp(base_spec, "f32")) { fprintf(stderr, "kvq kld: --base f16 or f32\n"); return 2; }
-    if (ctx < 8 || ctx > 1 << 20 || chunks < 0 || batch < 0 || batch > 65536) {
-        fprintf(stderr, "kvq kld: bad --ctx, --chunks or --batch\n");
-        return 2;
-    }
+    const tool_opt opts[] = {
+        {.names = "-f|--file", .kind = TOOL_ARG_STR, .dst = &text_path},
+        {.names = "--base", .kind = TOOL_ARG_CHOICE, .dst = &base_spec, .choices = "f16|f32"},
+        {.names = "--ctx|-c|--ctx-size", .kind = TOOL_ARG_LONG, .dst = &ctx, .min = 8, .max = 1 << 20},
+        {.names = "--chunks", .kind = TOOL_ARG_LONG, .dst = &chunks, .min = 0, .max = 1L << 30},
+        {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_LONG, .dst = &batch, .min = 0, .max = 65536},
+        {.names = "--per-window", .kind = TOOL_ARG_SET, .dst = &per_window},
+        {.names = "--no-layers", .kind = TOOL_ARG_CLEAR, .dst = &layers},
+        {.names = "--isolate", .kind = TOOL_ARG_SET, .dst = &isolate},
+        {0}};
+    const tool_opt *tables[] = {opts, eval_common_table(&co), eval_common_policy_table(&co), NULL};
+    const tool_cmd cmd = {.name = "kld", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if ((pr = eval_common_finish(&co, "kld"))) return pr;
+    if (!text_path) return tool_usage_error("kld", "-f TEXT is required (a text file, e.g. corpora/prose.txt)");
     tool_policy given[EVAL_MAX_POLICIES], base_pol, *pols = NULL;
     int *iso = NULL, np = 0, ngiven = eval_common_policies(&co, given, EVAL_MAX_POLICIES);
     char perr[128];
@@ -451,9 +443,9 @@ int cmd_kld(int argc, char **argv) {
     } else {
         double nb_mean, nb_se;
         eval_mean_se(nll_base, n_base, &nb_mean, &nb_se);
-        printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens, base %s: ppl %.4f +/- %.4f\n\n",
+        printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens, base %s: ppl %.4f +/- %.4f%s\n\n",
                eval_basename(e.model_path), eval_basename(text_path), C, windows_done, n_base, base_spec, exp(nb_mean),
-               exp(nb_mean) * nb_se);
+               exp(nb_mean) * nb_se, intr ? " (PARTIAL: interrupted)" : "");
         printf("%-28s %6s %10s %10s %10s %7s %10s %9s %18s %s\n", "policy", "bits", "KLD", "+/-", "KLD p99", "top-1",
                "ppl", "+/-", "KLD - first (se)", layers ? "worst layer (attn err)" : "");
         for (int p = 0; p < np; p++) {
@@ -463,7 +455,7 @@ int cmd_kld(int argc, char **argv) {
             double kl, kl_se, nll, nll_se;
             eval_mean_se(q->kl, q->n, &kl, &kl_se);
             eval_mean_se(q->nll, q->n, &nll, &nll_se);
-            printf("%-28s %6.3f %10.6f %10.6f %10.6f %7.4f %10.4f %9.4f", name, 0.5 * (q->bits_k + q->bits_v), kl,
+            printf("%-28s %6.3f %10.6f %10.6f %10.6f %7.4f %10.4f %9.4f", name, q->bits_all, kl,
                    kl_se, eval_quantile(q->kl, q->n, 0.99), q->n ? (double)q->top1 / (double)q->n : NAN, exp(nll),
                    exp(nll) * nll_se);
             if (p) {
@@ -482,6 +474,8 @@ int cmd_kld(int argc, char **argv) {
             }
             printf("\n");
         }
+        printf("bits: per cached value over all layers, scales included (f16 and sliding-window layers counted; "
+               "the methods' own bits: --json bits_k, bits_v)\n");
         if (layers && isolate) {
             printf("\n--isolate: one layer compressed, every other in f16\n%-28s %10s %7s %14s %14s\n", "policy @layer",
                    "KLD", "top-1", "err at layer", "err last layer");
@@ -514,7 +508,7 @@ int cmd_kld(int argc, char **argv) {
         }
         fflush(stdout);
     }
-    ret = 0;
+    ret = intr ? TOOL_EXIT_INTERRUPTED : 0;
     goto done;
 nomem:
     fprintf(stderr, "kvq kld: out of memory\n");

@@ -10,58 +10,53 @@
 
 #include "kvq_engine.h"
 #include "kvq.h"
+#include "args.h"
+#include "policy.h"
 #include "tools.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq logits -m MODEL --tokens ID,ID,... -o OUT.f32 [options]\n"
             "  writes n_tokens x n_vocab float32 logits (row-major) of the tokens run as one batch\n"
-            "  --cache-k SPEC      key cache method (default f16)\n"
-            "  --cache-v SPEC      value cache method (default f16)\n"
-            "  --kv-window W       keep the W most recent tokens in f16\n"
-            "  --kv-f16-layers L   comma-separated layers kept in f16\n"
             "  --acts f32|q8       activations of quantized-weight products: f32 (default: weights\n"
             "                      dequantized, no activation rounding) or int8 per 32 values (fast path)\n"
-            "  --threads T         threads (default 2)\n"
-            "  --batch N           tokens per forward chunk (default: all)\n");
+            "  -t, --threads T     threads, 1..256 (default 2)\n"
+            "  -b, --batch N       tokens per forward chunk (default 0: all)\n");
+    tool_policy_args_usage(f);
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *toks = NULL, *outp = NULL, *ck = NULL, *cv = NULL, *acts = "f32";
-    int threads = 2, window = 0, batch = 0, f16l[64], nf16l = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!v) { fprintf(stderr, "kvq logits: %s needs a value\n", a); return 2; }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--tokens")) toks = v;
-        else if (!strcmp(a, "-o")) outp = v;
-        else if (!strcmp(a, "--cache-k")) ck = v;
-        else if (!strcmp(a, "--cache-v")) cv = v;
-        else if (!strcmp(a, "--acts")) acts = v;
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
-        else if (!strcmp(a, "--kv-window")) window = atoi(v);
-        else if (!strcmp(a, "--batch")) batch = atoi(v);
-        else if (!strcmp(a, "--kv-f16-layers")) {
-            long ls[64];
-            nf16l = tool_parse_int_list(v, ls, 64);
-            if (nf16l < 0) { fprintf(stderr, "kvq logits: bad --kv-f16-layers\n"); return 2; }
-            for (int j = 0; j < nf16l; j++) f16l[j] = (int)ls[j];
-        }
-        else { fprintf(stderr, "kvq logits: unknown option %s\n", a); usage(stderr); return 2; }
-        i++;
-    }
-    if (!model || !toks || !outp) { usage(stderr); return 2; }
-    if (strcmp(acts, "q8") && strcmp(acts, "f32")) { fprintf(stderr, "kvq logits: --acts q8 or f32\n"); return 2; }
-    if (threads < 1 || threads > 256) { fprintf(stderr, "kvq logits: bad --threads\n"); return 2; }
+    const char *model = NULL, *toks = NULL, *outp = NULL, *acts = "f32";
+    int threads = 2, batch = 0;
+    tool_policy_args pa;
+    tool_policy pol;
+    tool_policy_args_init(&pa);
+    const tool_opt opts[] = {
+        {.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &model},
+        {.names = "--tokens", .kind = TOOL_ARG_STR, .dst = &toks},
+        {.names = "-o|--output", .kind = TOOL_ARG_STR, .dst = &outp},
+        {.names = "--acts", .kind = TOOL_ARG_CHOICE, .dst = &acts, .choices = "f32|q8"},
+        {.names = "-t|--threads", .kind = TOOL_ARG_INT, .dst = &threads, .min = 1, .max = 256},
+        {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_INT, .dst = &batch, .min = 0, .max = 1 << 24},
+        {0}};
+    const tool_opt *tables[] = {opts, tool_policy_args_table(&pa), NULL};
+    const tool_cmd cmd = {.name = "logits", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    char perr[1024];
+    if (tool_policy_args_build(&pa, &pol, perr, sizeof perr)) return tool_usage_error("logits", "%s", perr);
+    if (!model || !toks || !outp) return tool_usage_error("logits", "-m MODEL, --tokens ID,ID,... and -o OUT.f32 are required");
 
     int cap = 1;
     for (const char *p = toks; *p; p++) cap += *p == ',';
     long *ids = malloc(sizeof(long) * (size_t)cap);
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap);
-    int n = ids && tokens ? tool_parse_int_list(toks, ids, cap) : -1;
-    if (n <= 0) { fprintf(stderr, "kvq logits: bad --tokens list\n"); free(ids); free(tokens); return 2; }
+    int n = ids && tokens ? tool_parse_long_list(toks, 0, INT32_MAX, ids, cap, perr, sizeof perr) : -1;
+    if (n <= 0) {
+        free(ids);
+        free(tokens);
+        return tool_usage_error("logits", "--tokens %s", ids ? perr : "out of memory");
+    }
 
     char err[256] = "";
     kvq_model *m = NULL;
@@ -83,11 +78,13 @@ int cmd_logits(int argc, char **argv) {
     float *logits = NULL;
     int ret = 1;
     kvq_session_params p = kvq_session_default_params();
-    p.k_spec = ck;
-    p.v_spec = cv;
-    p.f16_window = window;
-    p.f16_layers = nf16l ? f16l : NULL;
-    p.n_f16_layers = nf16l;
+    if (tool_policy_session_params(&pol, mi.n_layers, &p, perr, sizeof perr)) {
+        fprintf(stderr, "kvq logits: %s\n", perr);
+        kvq_model_free(m);
+        free(ids);
+        free(tokens);
+        return 2;
+    }
     p.f32_acts = !strcmp(acts, "f32");
     p.n_batch = batch > 0 ? batch : n;
     if ((rc = kvq_pool_create(&pool, threads))) goto done;

@@ -30,6 +30,7 @@
 #include "kvq_engine.h"
 #include "kvq.h"
 #include "policy.h"
+#include "args.h"
 #include "tools.h"
 
 #define MAX_POLICIES 64
@@ -41,13 +42,13 @@ static void usage(FILE *f) {
             "usage: kvq memplan [-m MODEL] --mem SIZE [--policies \"P1 P2 ...\"] [options]\n"
             "  Longest context that fits in SIZE per cache policy (weights + KV cache + runtime\n"
             "  buffers) and the KV bytes at a few context lengths. Policies: tools/policy.h.\n"
-            "  -m MODEL          GGUF model (default: SmolLM2)\n"
+            "  -m, --model MODEL GGUF model (default: SmolLM2)\n"
             "  --mem SIZE        budget: 16GiB, 16G (= GiB), 512MiB, 8GB (= 8e9), bytes\n"
             "  --policies LIST   policies separated by spaces or '|' (repeatable; default f16)\n"
             "  --policy P        one more policy\n"
             "  --points LIST     context lengths for the KV table (default 4K,32K,128K)\n"
-            "  --batch N         prompt tokens per forward chunk (default 256, the engine's)\n"
-            "  --threads T       threads, for the attention workspace (default 2)\n"
+            "  -b, --batch N     prompt tokens per forward chunk (default 256, the engine's)\n"
+            "  -t, --threads T   threads, for the attention workspace (default 2)\n"
             "  --overhead SIZE   fixed allowance for tokenizer, plans, stacks (default 64MiB)\n"
             "  --json            one JSON object per policy\n");
 }
@@ -153,45 +154,79 @@ static int eval_at(const kvq_cache *c, const runtime_model *r, int n_layers, siz
     return KVQ_OK;
 }
 
+/* What the option callbacks fill. */
+typedef struct {
+    tool_policy *pols;
+    int npol, user_pols;
+    long *points;
+    int npoints;
+    double *mem, *overhead;
+} mp_args;
+
+static int on_size(void *user, const char *name, const char *val, char *err, size_t cap) {
+    mp_args *a = user;
+    double v = parse_size(val);
+    if (v < 0 || (v == 0 && !strcmp(name, "--mem"))) {
+        snprintf(err, cap, "'%s': not a size (e.g. 16GiB, 16G = GiB, 512MiB, 8GB = 8e9, or bytes%s)", val,
+                 !strcmp(name, "--mem") ? "; more than 0" : "");
+        return -1;
+    }
+    *(!strcmp(name, "--mem") ? a->mem : a->overhead) = v;
+    return 0;
+}
+
+static int on_points(void *user, const char *name, const char *val, char *err, size_t cap) {
+    (void)name;
+    mp_args *a = user;
+    int n = tool_parse_long_list(val, 1, 1L << 31, a->points, MAX_POINTS, err, cap);
+    if (n < 0) return -1;
+    a->npoints = n;
+    return 0;
+}
+
+static int on_policies(void *user, const char *name, const char *val, char *err, size_t cap) {
+    mp_args *a = user;
+    if (!a->user_pols) a->npol = 0; /* the user's list replaces the default (f16 is added back first) */
+    a->user_pols = 1;
+    char why[768] = "";
+    int n = !strcmp(name, "--policy") ? (tool_policy_parse(val, &a->pols[a->npol], why, sizeof why) ? -1 : 1)
+                                      : tool_policy_list(val, a->pols + a->npol, MAX_POLICIES - a->npol, why, sizeof why);
+    if (n < 0) {
+        snprintf(err, cap, "'%s': %s", val, why);
+        return -1;
+    }
+    a->npol += n;
+    return 0;
+}
+
 int cmd_memplan(int argc, char **argv) {
     const char *model = NULL;
     double mem = -1, overhead = 64.0 * 1048576;
     long points[MAX_POINTS] = {4096, 32768, 131072};
     int npoints = 3, batch = 256, threads = 2, json = 0, npol = 0;
-    char err[256];
     tool_policy *pols = calloc(MAX_POLICIES, sizeof *pols);
     if (!pols) return 1;
     tool_policy_init(&pols[npol++]);
-    int user_pols = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(pols); return 0; }
-        if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!v) { fprintf(stderr, "kvq memplan: %s needs a value\n", a); free(pols); return 2; }
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--mem")) mem = parse_size(v);
-        else if (!strcmp(a, "--overhead")) overhead = parse_size(v);
-        else if (!strcmp(a, "--batch")) batch = atoi(v);
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
-        else if (!strcmp(a, "--points")) {
-            if ((npoints = tool_parse_int_list(v, points, MAX_POINTS)) <= 0) { fprintf(stderr, "kvq memplan: bad --points\n"); free(pols); return 2; }
-        } else if (!strcmp(a, "--policies") || !strcmp(a, "--policy")) {
-            if (!user_pols) npol = 0; /* the user's list replaces the default (f16 is added back first) */
-            user_pols = 1;
-            int n = !strcmp(a, "--policy") ? (tool_policy_parse(v, &pols[npol], err, sizeof err) ? -1 : 1)
-                                           : tool_policy_list(v, pols + npol, MAX_POLICIES - npol, err, sizeof err);
-            if (n < 0) { fprintf(stderr, "kvq memplan: %s: %s\n", a, err); free(pols); return 2; }
-            npol += n;
-        } else { fprintf(stderr, "kvq memplan: unknown option %s\n", a); usage(stderr); free(pols); return 2; }
-    }
-    if (mem <= 0 || overhead < 0 || batch < 1 || batch > 65536 || threads < 1 || threads > 256) {
-        fprintf(stderr, "kvq memplan: --mem SIZE is required (e.g. 16GiB); bad option value\n");
+    mp_args ma = {pols, 1, 0, points, 3, &mem, &overhead};
+    const tool_opt opts[] = {
+        {.names = "-m|--model", .kind = TOOL_ARG_STR, .dst = &model},
+        {.names = "--mem|--overhead", .kind = TOOL_ARG_FN, .fn = on_size, .user = &ma},
+        {.names = "--points", .kind = TOOL_ARG_FN, .fn = on_points, .user = &ma},
+        {.names = "--policies|--policy", .kind = TOOL_ARG_FN, .fn = on_policies, .user = &ma},
+        {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_INT, .dst = &batch, .min = 1, .max = 65536},
+        {.names = "-t|--threads", .kind = TOOL_ARG_INT, .dst = &threads, .min = 1, .max = 256},
+        {.names = "--json", .kind = TOOL_ARG_SET, .dst = &json},
+        {0}};
+    const tool_opt *tables[] = {opts, NULL};
+    const tool_cmd cmd = {.name = "memplan", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) { free(pols); return pr < 0 ? 0 : pr; }
+    npol = ma.npol;
+    npoints = ma.npoints;
+    if (mem <= 0) {
         free(pols);
-        return 2;
+        return tool_usage_error("memplan", "--mem SIZE is required (e.g. 16GiB, 512MiB, 8GB)");
     }
-    for (int i = 0; i < npoints; i++)
-        if (points[i] < 1) { fprintf(stderr, "kvq memplan: bad --points\n"); free(pols); return 2; }
     char def[4096];
     if (!model) {
         if (tool_default_model(def, sizeof def, 1)) {
@@ -201,11 +236,12 @@ int cmd_memplan(int argc, char **argv) {
         }
         model = def;
     }
-    struct stat st;
-    if (stat(model, &st)) { fprintf(stderr, "kvq memplan: %s: cannot stat\n", model); free(pols); return 1; }
-    const size_t weights = (size_t)st.st_size;
+    char err[512];
     kvq_model *m = NULL;
     if (kvq_model_load(&m, model, err, sizeof err)) { fprintf(stderr, "kvq memplan: %s\n", err); free(pols); return 1; }
+    struct stat st;
+    if (stat(model, &st)) { fprintf(stderr, "kvq memplan: %s: cannot stat\n", model); kvq_model_free(m); free(pols); return 1; }
+    const size_t weights = (size_t)st.st_size;
     kvq_model_info mc_info;
     kvq_model_get_info(m, &mc_info);
     const kvq_model_info *mc = &mc_info;
@@ -215,7 +251,7 @@ int cmd_memplan(int argc, char **argv) {
         snprintf(mname, sizeof mname, "%.100s", b ? b + 1 : model);
     }
     /* f16 first, once */
-    if (user_pols) {
+    if (ma.user_pols) {
         int has = 0;
         for (int i = 0; i < npol; i++) {
             char nm[TOOL_POLICY_NAME];
@@ -234,7 +270,8 @@ int cmd_memplan(int argc, char **argv) {
     if (!json) {
         printf("model %s (%s): weights %.1f MiB, budget %.2f GiB, context %zu, prompt chunks of %d, %d threads\n", mname,
                mc->arch, (double)weights / 1048576.0, (double)budget / 1073741824.0, ctx_model, batch, threads);
-        printf("%-34s %9s %6s %9s %12s %10s", "policy", "B/token", "bits", "x f16@long", "max_ctx", "runtime");
+        printf("%-34s %9s %6s %9s %16s %12s %10s", "policy", "B/token", "bits", "x f16@long", "max_ctx", "memory alone",
+               "runtime");
         for (int j = 0; j < npoints; j++) printf(" %9ld%s", points[j] >= 1024 && points[j] % 1024 == 0 ? points[j] / 1024 : points[j],
                                                  points[j] >= 1024 && points[j] % 1024 == 0 ? "K" : " ");
         printf("   (KV MiB at ctx)\n");
@@ -261,7 +298,7 @@ int cmd_memplan(int argc, char **argv) {
         }
         const kvq_cache *c = kvq_session_cache(s);
         size_t bpt = kvq_cache_bytes_per_token(c);
-        double bits = 8.0 * (double)bpt / (double)(2 * (size_t)mc->n_layers * mc->n_head_kv * mc->head_dim);
+        double bits = tool_bits_per_value(bpt, mc);
         double bk = 0, bv = 0;
         tool_policy_bits(&pols[i], mc->head_dim, &bk, &bv);
         /* marginal cost of a token at long context (sliding-window layers no longer grow) */
@@ -305,6 +342,13 @@ int cmd_memplan(int argc, char **argv) {
             continue;
         }
         size_t max_model = max_ctx < ctx_model ? max_ctx : ctx_model;
+        /* why max_model is what it is */
+        const char *why = max_ctx == 0 ? "nothing fits" : max_ctx >= ctx_model ? "model" : "memory";
+        char note[256] = "";
+        if (max_ctx == 0)
+            snprintf(note, sizeof note, "weights %.1f MiB + runtime %.1f MiB at ctx 0 %s the budget %.1f MiB",
+                     (double)weights / 1048576.0, (double)at0.runtime / 1048576.0,
+                     at0.total > budget ? "exceed" : "leave no room for one token in", (double)budget / 1048576.0);
         if (json) {
             printf("{\"tool\":\"memplan\",\"model\":\"%s\",\"arch\":\"%s\",\"n_layers\":%d,\"n_head_kv\":%d,\"head_dim\":%d,"
                    "\"n_ctx_train\":%d,",
@@ -313,10 +357,10 @@ int cmd_memplan(int argc, char **argv) {
             printf(",\"mem_bytes\":%zu,\"weights_bytes\":%zu,\"kv_bytes_per_token\":%zu,\"f16_kv_bytes_per_token\":%zu,"
                    "\"bits_per_value\":%.4f,\"bits_k\":%.4f,\"bits_v\":%.4f,\"bits_per_value_all_layers\":%.4f,"
                    "\"kv_bytes_per_token_long\":%.1f,\"f16_kv_bytes_per_token_long\":%.1f,\"compression_long\":%.4f,\"batch\":%d,\"threads\":%d,\"overhead_bytes\":%zu,\"max_ctx\":%zu,"
-                   "\"max_ctx_capped\":%s,\"max_ctx_model\":%zu,\"runtime_bytes_at_max\":%zu,\"kv_bytes_at_max\":%zu,"
-                   "\"points\":[",
+                   "\"max_ctx_capped\":%s,\"max_ctx_model\":%zu,\"max_ctx_limit\":\"%s\",\"runtime_bytes_at_max\":%zu,"
+                   "\"kv_bytes_at_max\":%zu,\"points\":[",
                    budget, weights, bpt, f16_bpt, 0.5 * (bk + bv), bk, bv, bits, long_bpt, f16_long, long_x, batch, threads, (size_t)overhead, max_ctx, capped ? "true" : "false",
-                   max_model, amax.runtime, amax.kv_peak);
+                   max_model, why, amax.runtime, amax.kv_peak);
             for (int j = 0; j < npoints && !rc; j++) {
                 mem_at p;
                 rc = eval_at(c, &rt, mc->n_layers, weights, (size_t)points[j], (size_t)batch, &p);
@@ -327,9 +371,11 @@ int cmd_memplan(int argc, char **argv) {
             }
             printf("]}\n");
         } else {
-            char mx[32];
-            snprintf(mx, sizeof mx, "%s%zu", capped ? ">" : "", max_ctx);
-            printf("%-34s %9zu %6.2f %9.2f %12s %9.1fM", name, bpt, bits, long_x, mx, (double)amax.runtime / 1048576.0);
+            char mx[48], mm[32];
+            snprintf(mx, sizeof mx, "%zu (%s)", max_model, why);
+            snprintf(mm, sizeof mm, "%s%zu", capped ? ">" : "", max_ctx);
+            printf("%-34s %9zu %6.2f %9.2f %16s %12s %9.1fM", name, bpt, bits, long_x, mx, mm,
+                   (double)amax.runtime / 1048576.0);
             for (int j = 0; j < npoints && !rc; j++) {
                 mem_at p;
                 rc = eval_at(c, &rt, mc->n_layers, weights, (size_t)points[j], (size_t)batch, &p);
@@ -337,6 +383,7 @@ int cmd_memplan(int argc, char **argv) {
                 printf(" %10.1f", (double)p.kv / 1048576.0);
             }
             printf("\n");
+            if (note[0]) printf("  %s: %s\n", name, note);
         }
         if (rc) { fprintf(stderr, "kvq memplan: policy %s: %s\n", name, kvq_strerror(rc)); ret = 1; }
         fflush(stdout);
@@ -344,8 +391,9 @@ int cmd_memplan(int argc, char **argv) {
     }
     if (!json)
         printf("bits: all layers as stored per token; x f16@long: f16 / this policy, marginal bytes of a token between 64K and 128K\n"
-               "max_ctx: weights + KV (peak, prompt in chunks of %d) + runtime estimate <= budget; the model's own "
-               "context is %zu\n", batch, ctx_model);
+               "max_ctx: the longest context that fits weights + KV (peak, prompt in chunks of %d) + runtime estimate\n"
+               "in the budget, at most the model's own context %zu (the limit in parentheses); memory alone: without\n"
+               "that cap\n", batch, ctx_model);
     kvq_model_free(m);
     free(pols);
     return ret;

@@ -46,14 +46,14 @@ static void usage(FILE *f) {
             "usage: kvq needle [-m MODEL] --ctx N[,N...] [options]\n"
             "  passkey retrieval: a 5-7 digit number hidden at several depths of filler text,\n"
             "  exact-match accuracy of the greedy answer per context length and depth\n"
-            "  --ctx N,N,...           prompt + generation lengths in tokens (default 1024; 4K = 4096)\n"
+            "  -c, --ctx N,N,...       prompt + generation lengths in tokens (default 1024; 4K = 4096)\n"
             "  --depths D,D,...        needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)\n"
             "  --trials K              prompts per (ctx, depth), each a new number and filler (default 2)\n"
             "  --filler prose|grass    filler text (default prose: corpora/prose.txt)\n"
             "  --filler-file PATH      text for --filler prose (default corpora/prose.txt)\n"
             "  --gen N                 tokens decoded for the answer (default 12)\n"
             "  --chat | --completion   prompt style (default: chat when the GGUF has a chat template)\n"
-            "  --batch B               prompt tokens per eval call (default 256)\n");
+            "  -b, --batch B           prompt tokens per eval call (default 256)\n");
     eval_common_usage(f);
 }
 
@@ -181,33 +181,31 @@ int cmd_needle(int argc, char **argv) {
     const char *ctx_list = "1024", *depth_list = "0,0.25,0.5,0.75,1", *filler_file = "corpora/prose.txt";
     needle_cfg nc = {-1, "prose", 12, 2};
     long batch = 256;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        int r = eval_common_option(&co, "needle", argc, argv, i);
-        if (r < 0) return 2;
-        if (r > 0) { i += r - 1; continue; }
-        if (!strcmp(a, "--chat")) { nc.chat = 1; continue; }
-        if (!strcmp(a, "--completion")) { nc.chat = 0; continue; }
-        if (!v) { fprintf(stderr, "kvq needle: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
-        i++;
-        if (!strcmp(a, "--ctx")) ctx_list = v;
-        else if (!strcmp(a, "--depths")) depth_list = v;
-        else if (!strcmp(a, "--trials")) nc.trials = atoi(v);
-        else if (!strcmp(a, "--filler")) nc.filler = v;
-        else if (!strcmp(a, "--filler-file")) filler_file = v;
-        else if (!strcmp(a, "--gen")) nc.gen = atoi(v);
-        else if (!strcmp(a, "--batch")) batch = atol(v);
-        else { fprintf(stderr, "kvq needle: unknown option %s\n", a); usage(stderr); return 2; }
-    }
+    const tool_opt opts[] = {
+        {.names = "--ctx|-c|--ctx-size", .kind = TOOL_ARG_STR, .dst = &ctx_list},
+        {.names = "--depths", .kind = TOOL_ARG_STR, .dst = &depth_list},
+        {.names = "--trials", .kind = TOOL_ARG_INT, .dst = &nc.trials, .min = 1, .max = 1000},
+        {.names = "--filler", .kind = TOOL_ARG_CHOICE, .dst = &nc.filler, .choices = "prose|grass"},
+        {.names = "--filler-file", .kind = TOOL_ARG_STR, .dst = &filler_file},
+        {.names = "--gen", .kind = TOOL_ARG_INT, .dst = &nc.gen, .min = 1, .max = 64},
+        {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_LONG, .dst = &batch, .min = 1, .max = 65536},
+        {.names = "--chat", .kind = TOOL_ARG_SET, .dst = &nc.chat},
+        {.names = "--completion", .kind = TOOL_ARG_CLEAR, .dst = &nc.chat},
+        {0}};
+    const tool_opt *tables[] = {opts, eval_common_table(&co), eval_common_policy_table(&co), NULL};
+    const tool_cmd cmd = {.name = "needle", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if ((pr = eval_common_finish(&co, "needle"))) return pr;
     long ctxs[MAX_CTX];
     double depths[MAX_DEPTHS];
-    int nctx = tool_parse_int_list(ctx_list, ctxs, MAX_CTX), nd = parse_depths(depth_list, depths, MAX_DEPTHS);
-    if (nctx <= 0 || nd <= 0 || nc.trials < 1 || nc.trials > 1000 || nc.gen < 1 || nc.gen > 64 || batch < 1 ||
-        batch > 65536 || (strcmp(nc.filler, "prose") && strcmp(nc.filler, "grass"))) {
-        fprintf(stderr, "kvq needle: bad --ctx, --depths, --trials, --gen, --batch or --filler\n");
-        return 2;
-    }
+    char perr[256];
+    int nctx = tool_parse_long_list(ctx_list, 16, 1L << 24, ctxs, MAX_CTX, perr, sizeof perr);
+    if (nctx < 0) return tool_usage_error("needle", "--ctx %s", perr);
+    int nd = parse_depths(depth_list, depths, MAX_DEPTHS);
+    if (nd <= 0)
+        return tool_usage_error("needle", "--depths '%s': not a comma-separated list of at most %d numbers in 0..1",
+                                depth_list, MAX_DEPTHS);
     tool_policy pols[EVAL_MAX_POLICIES];
     int np = eval_common_policies(&co, pols, EVAL_MAX_POLICIES);
 
@@ -314,8 +312,17 @@ int cmd_needle(int argc, char **argv) {
                 size_t nn = 0;
                 if ((rc = eval_tokenize(e.m, ntext, strlen(ntext), 0, 0, &nid, &nn))) goto tokfail;
                 long F = ctx - (long)npre - (long)nn - (long)npost - nc.gen;
-                if (F < 0 || (size_t)F > nfill) {
-                    fprintf(stderr, "kvq needle: ctx %ld too %s for the prompt\n", ctx, F < 0 ? "short" : "long");
+                if (F < 0) {
+                    fprintf(stderr, "kvq needle: --ctx %ld: too short, a prompt needs at least %ld tokens here "
+                            "(instructions %zu, needle %zu, question %zu, --gen %d)\n", ctx,
+                            (long)(npre + nn + npost) + nc.gen, npre, nn, npost, nc.gen);
+                    free(nid);
+                    ret = TOOL_EXIT_USAGE;
+                    goto done;
+                }
+                if ((size_t)F > nfill) {
+                    fprintf(stderr, "kvq needle: --ctx %ld: needs %ld filler tokens, the filler text has %zu "
+                            "(a longer --filler-file, or --filler grass)\n", ctx, F, nfill);
                     free(nid);
                     goto done;
                 }
@@ -387,13 +394,14 @@ int cmd_needle(int argc, char **argv) {
                 eval_json_num(stdout, (double)cor / tot);
                 printf(",\"seconds\":");
                 eval_json_num(stdout, ps[p].seconds);
-                printf(",\"interrupted\":%s}\n", stop ? "true" : "false");
+                printf(",\"interrupted\":%s,\"partial\":%s}\n", stop ? "true" : "false", stop ? "true" : "false");
                 fflush(stdout);
             }
         }
     } else {
-        printf("model %s, %s prompt, filler %s, correct / trials per depth\n\n", eval_basename(e.model_path),
-               nc.chat ? "chat" : "completion", nc.filler);
+        printf("model %s, %s prompt, filler %s, correct / trials per depth%s\n\n", eval_basename(e.model_path),
+               nc.chat ? "chat" : "completion", nc.filler,
+               stop ? " (PARTIAL: interrupted; '-' = not run, 'all' over the trials run)" : "");
         printf("%-28s %7s", "policy", "ctx");
         for (int d = 0; d < nd; d++) printf(" %8.2f", depths[d]);
         printf(" %9s\n", "all");
@@ -410,7 +418,9 @@ int cmd_needle(int argc, char **argv) {
                 printf("%-28s %7ld", name, ctxs[c]);
                 for (int d = 0; d < nd; d++) {
                     char cell[32];
-                    snprintf(cell, sizeof cell, "%d/%d", ps[p].correct[c * nd + d], ps[p].done[c * nd + d]);
+                    if (ps[p].done[c * nd + d])
+                        snprintf(cell, sizeof cell, "%d/%d", ps[p].correct[c * nd + d], ps[p].done[c * nd + d]);
+                    else snprintf(cell, sizeof cell, "-");
                     printf(" %8s", cell);
                 }
                 printf(" %8.0f%%\n", 100.0 * cor / tot);
@@ -418,7 +428,7 @@ int cmd_needle(int argc, char **argv) {
         }
         fflush(stdout);
     }
-    ret = 0;
+    ret = stop ? TOOL_EXIT_INTERRUPTED : 0;
     goto done;
 tokfail:
     fprintf(stderr, "kvq needle: tokenize: %s\n", kvq_strerror(rc));

@@ -25,10 +25,10 @@ static void usage(FILE *f) {
             "usage: kvq ppl [-m MODEL] -f TEXT [options]\n"
             "  perplexity over non-overlapping windows of C tokens, second half of each scored,\n"
             "  attention reading the compressed cache (prefill included)\n"
-            "  -f TEXT                text file (e.g. corpora/prose.txt)\n"
-            "  --ctx C                window length in tokens (default 1024)\n"
+            "  -f, --file TEXT        text file (e.g. corpora/prose.txt)\n"
+            "  -c, --ctx C            window length in tokens (default 1024)\n"
             "  --chunks N             windows to evaluate (default: all the text holds)\n"
-            "  --batch B              tokens per eval call (default 256; 0 = the whole window at once)\n"
+            "  -b, --batch B          tokens per eval call (default 256; 0 = the whole window at once)\n"
             "  --per-window           with --json, also one record per window and policy\n");
     eval_common_usage(f);
 }
@@ -73,7 +73,7 @@ static void print_json(FILE *f, const char *record, const eval_env *e, const cha
     eval_json_num(f, ps->seconds);
     fprintf(f, ",\"tok_per_s\":");
     eval_json_num(f, ps->seconds > 0 ? (double)ps->tokens_run / ps->seconds : NAN);
-    fprintf(f, ",\"interrupted\":%s}\n", interrupted ? "true" : "false");
+    fprintf(f, ",\"interrupted\":%s,\"partial\":%s}\n", interrupted ? "true" : "false", interrupted ? "true" : "false");
     fflush(f);
 }
 
@@ -83,26 +83,19 @@ int cmd_ppl(int argc, char **argv) {
     const char *text_path = NULL;
     long ctx = 1024, chunks = 0, batch = 256;
     int per_window = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        int r = eval_common_option(&co, "ppl", argc, argv, i);
-        if (r < 0) return 2;
-        if (r > 0) { i += r - 1; continue; }
-        if (!strcmp(a, "--per-window")) { per_window = 1; continue; }
-        if (!v) { fprintf(stderr, "kvq ppl: unknown option or missing value: %s\n", a); usage(stderr); return 2; }
-        i++;
-        if (!strcmp(a, "-f")) text_path = v;
-        else if (!strcmp(a, "--ctx")) ctx = atol(v);
-        else if (!strcmp(a, "--chunks")) chunks = atol(v);
-        else if (!strcmp(a, "--batch")) batch = atol(v);
-        else { fprintf(stderr, "kvq ppl: unknown option %s\n", a); usage(stderr); return 2; }
-    }
-    if (!text_path) { fprintf(stderr, "kvq ppl: -f TEXT is required\n"); usage(stderr); return 2; }
-    if (ctx < 8 || ctx > 1 << 20 || chunks < 0 || batch < 0 || batch > 65536) {
-        fprintf(stderr, "kvq ppl: bad --ctx, --chunks or --batch\n");
-        return 2;
-    }
+    const tool_opt opts[] = {
+        {.names = "-f|--file", .kind = TOOL_ARG_STR, .dst = &text_path},
+        {.names = "--ctx|-c|--ctx-size", .kind = TOOL_ARG_LONG, .dst = &ctx, .min = 8, .max = 1 << 20},
+        {.names = "--chunks", .kind = TOOL_ARG_LONG, .dst = &chunks, .min = 0, .max = 1L << 30},
+        {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_LONG, .dst = &batch, .min = 0, .max = 65536},
+        {.names = "--per-window", .kind = TOOL_ARG_SET, .dst = &per_window},
+        {0}};
+    const tool_opt *tables[] = {opts, eval_common_table(&co), eval_common_policy_table(&co), NULL};
+    const tool_cmd cmd = {.name = "ppl", .usage = usage, .tables = tables};
+    int pr = tool_args_parse(&cmd, argc, argv);
+    if (pr) return pr < 0 ? 0 : pr;
+    if ((pr = eval_common_finish(&co, "ppl"))) return pr;
+    if (!text_path) return tool_usage_error("ppl", "-f TEXT is required (a text file, e.g. corpora/prose.txt)");
     tool_policy pols[EVAL_MAX_POLICIES];
     int np = eval_common_policies(&co, pols, EVAL_MAX_POLICIES);
 
@@ -209,22 +202,26 @@ int cmd_ppl(int argc, char **argv) {
     if (co.json) {
         for (int p = 0; p < np; p++) print_json(stdout, "summary", &e, text_path, C, windows_done, -1, B, &ps[p], intr);
     } else {
-        printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens per policy\n\n", eval_basename(e.model_path),
-               eval_basename(text_path), C, windows_done, np ? ps[0].n_nll : (size_t)0);
-        printf("%-28s %7s %7s %10s %9s %8s %10s %8s\n", "policy", "bits K", "bits V", "ppl", "+/-", "tokens", "KV MiB",
-               "tok/s");
+        printf("model %s, text %s, ctx %zu, %d window(s), %zu scored tokens per policy%s\n\n",
+               eval_basename(e.model_path), eval_basename(text_path), C, windows_done, np ? ps[0].n_nll : (size_t)0,
+               intr ? " (PARTIAL: interrupted)" : "");
+        printf("%-28s %6s %7s %7s %10s %9s %8s %10s %8s\n", "policy", "bits", "bits K", "bits V", "ppl", "+/-", "tokens",
+               "KV MiB", "tok/s");
         for (int p = 0; p < np; p++) {
             char name[TOOL_POLICY_NAME];
             tool_policy_name(&ps[p].pol, name, sizeof name);
             double mean, se;
             eval_mean_se(ps[p].nll, ps[p].n_nll, &mean, &se);
-            printf("%-28s %7.3f %7.3f %10.4f %9.4f %8zu %10.2f %8.1f\n", name, ps[p].bits_k, ps[p].bits_v, exp(mean),
+            printf("%-28s %6.3f %7.3f %7.3f %10.4f %9.4f %8zu %10.2f %8.1f\n", name, ps[p].bits_all, ps[p].bits_k,
+                   ps[p].bits_v, exp(mean),
                    exp(mean) * se, ps[p].n_nll, (double)ps[p].kv_bytes / 1048576.0,
                    ps[p].seconds > 0 ? (double)ps[p].tokens_run / ps[p].seconds : 0.0);
         }
+        printf("bits: per cached value over all layers, scales included (f16 and sliding-window layers counted);\n"
+               "bits K, bits V: the key and value methods on the compressed layers\n");
         fflush(stdout);
     }
-    ret = 0;
+    ret = intr ? TOOL_EXIT_INTERRUPTED : 0;
 done:
     if (ps)
         for (int p = 0; p < np; p++) free(ps[p].nll);

@@ -33,6 +33,8 @@ void tool_interrupt_install(void) {
 
 int tool_interrupted(void) { return interrupted != 0; }
 
+void tool_interrupt_clear(void) { interrupted = 0; }
+
 void tool_progress_init(tool_progress *p, const char *tool) {
     memset(p, 0, sizeof *p);
     const char *off = getenv("KVQ_NO_PROGRESS");

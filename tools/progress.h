@@ -30,5 +30,7 @@ void tool_progress_clear(tool_progress *p);
 /* Ctrl-C sets the flag read by tool_interrupted (a second one terminates). */
 void tool_interrupt_install(void);
 int tool_interrupted(void);
+/* Forgets a Ctrl-C already handled (kvq run -i: one stops the current reply only). */
+void tool_interrupt_clear(void);
 
 #endif

@@ -19,8 +19,6 @@ int cmd_memplan(int argc, char **argv);
 
 /* Monotonic wall-clock seconds. */
 double tool_now(void);
-/* Parses "a,b,c" integers into out (at most max); returns count or -1. */
-int tool_parse_int_list(const char *s, long *out, int max);
 /* Path of the default model (SmolLM2) into buf: $KVQ_MODELS_DIR, ./models, then
  * the repository's models/; with fetch, runs scripts/fetch-models.sh --default
  * when it is missing. Returns 0 when the file exists. */

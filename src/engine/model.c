@@ -5,6 +5,7 @@
 #include "model.h"
 #include "tok_gguf.h"
 #include "errfmt.h"
+#include "open_reason.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -325,7 +326,7 @@ int kvq_model_load(kvq_model **out, const char *path, char *err, size_t err_cap)
     if (!out || !path) return KVQ_ERR_NULL;
     kvq_gguf_file *g = NULL;
     int rc = kvq_gguf_open(&g, path);
-    if (rc) return fail(err, err_cap, rc, "%s: %s", path, kvq_strerror(rc));
+    if (rc) return kvq_open_reason(path, rc, err, err_cap);
     rc = kvq_model_from_gguf(out, g, err, err_cap);
     if (rc) kvq_gguf_close(g);
     else kvq_gguf_prefault(g);
