@@ -134,7 +134,11 @@ kld_rows() {
     IFS=/ read -r ctk ctv rot <<< "$row"
     log="$dir/$tag-$ctk-$ctv-rot$rot.log"
     if has_kld "$log" && [ -z "${FORCE:-}" ]; then log "have $log"; continue; fi
-    envs=(); [ "$rot" = off ] && envs=(LLAMA_ATTN_ROT_DISABLE=1)
+    case "$rot" in
+      off) envs=(LLAMA_ATTN_ROT_DISABLE=1) ;;
+      uniform) envs=(TURBO_LAYER_ADAPTIVE=0 TURBO_AUTO_ASYMMETRIC=0) ;;
+      *) envs=() ;;
+    esac
     log "$engine $model: -ctk $ctk -ctv $ctv, rotation $rot"
     { echo "# engine=$engine"; echo "# commit=$commit"; echo "# ctk=$ctk"; echo "# ctv=$ctv"; echo "# rot=$rot"
       echo "# command=${envs[*]} $ppl ${common[*]} -ctk $ctk -ctv $ctv --kl-divergence-base $base --kl-divergence"
@@ -154,8 +158,18 @@ do_llama() {
 # ---------------------------------------------------------------- TheTom's fork
 # Not on PyPI: built by hand outside the repo (see docs/RESULTS.md for the
 # commit and the commands); TURBO_PPL names its llama-perplexity. The turbo
-# types carry their own rotation; the upstream rotation env var is left alone.
-TURBO_ROWS=${TURBO_ROWS:-"turbo4/turbo4/- turbo3/turbo3/- turbo2/turbo2/-"}
+# types carry their own rotation (a 128-point WHT); in the fork the upstream
+# Hadamard rotation is OFF by default (LLAMA_ATTN_ROT_K/V_OVERRIDE=1 turn it
+# on). Two defaults of the fork change the types behind the user's back, so
+# the rows set them to "uniform" (every layer the type asked for):
+#   TURBO_LAYER_ADAPTIVE: unset + turbo2 V => mode 7, V of the first 2 and
+#     last 2 layers q8_0 ("Boundary V"); =0 keeps every layer turbo2;
+#   TURBO_AUTO_ASYMMETRIC: K upgraded to q8_0 when n_head/n_head_kv >= 6
+#     (3 on SmolLM2, 4 on Gemma 3: not triggered; =0 anyway).
+# A row whose third field is "default" runs with the fork's defaults.
+# Head dim 64 (SmolLM2) is zero-padded to 128 in the turbo cache: the bits
+# column divides the cache's real bytes by the real (unpadded) values.
+TURBO_ROWS=${TURBO_ROWS:-"turbo4/turbo4/uniform turbo3/turbo3/uniform turbo2/turbo2/uniform turbo2/turbo2/default"}
 do_turbo() {
   if [ -z "${TURBO_PPL:-}" ] || [ ! -x "${TURBO_PPL:-}" ]; then
     log "turboquant rows skipped: TURBO_PPL (llama-perplexity of TheTom/llama-cpp-turboquant) not set or not executable"
@@ -180,6 +194,40 @@ do_kvq() {
       --no-layers --policies "${pols[*]}" --json 2>> "$dir/kvq-kld.err"; } >> "$dir/kvq-kld.jsonl"
 }
 
+# ---------------------------------------------------------------- speed
+# llama-bench per cache type and kvq bench per policy, SPEED_ROUNDS rounds,
+# the two engines' order swapped every round (the box is shared: ratios only).
+SPEED_TYPES=${SPEED_TYPES:-"f16 q8_0 q4_0"}
+SPEED_ROUNDS=${SPEED_ROUNDS:-2}
+SPEED_REPS=${SPEED_REPS:-3}
+SPEED_POLICIES=${SPEED_POLICIES:-$POLICIES}
+do_speed() {
+  do_build; kvq_built
+  local model=$1 dir="$OUT/$1" gguf r t pols=() p
+  gguf=$(model_file "$model"); mkdir -p "$dir"
+  for p in $SPEED_POLICIES; do
+    if [ "$model" = gemma3 ]; then pols+=("$p,sliding=1"); else pols+=("$p"); fi
+  done
+  local lb=(-m "$gguf" -fa 1 -d 4096,8000 -n 32 -t "$THREADS" -r "$SPEED_REPS" -o jsonl)
+  local kb=(bench -m "$gguf" --ctx 4096,8192 --threads "$THREADS" --policies "${pols[*]}" --json)
+  echo "# llama-bench: $LBENCH ${lb[*]} -ctk T -ctv T  (T in $SPEED_TYPES; commit $(cat "$AN/llama.cpp.commit"))" > "$dir/speed-commands.txt"
+  echo "# kvq: $KVQ ${kb[*]}" >> "$dir/speed-commands.txt"
+  speed_llama() {
+    for t in $SPEED_TYPES; do
+      log "speed round $1: llama-bench $model $t"
+      $NICE "$LBENCH" "${lb[@]}" -ctk "$t" -ctv "$t" >> "$dir/speed-llama-r$1.jsonl" 2>> "$dir/speed-llama.err"
+    done
+  }
+  speed_kvq() {
+    log "speed round $1: kvq bench $model ${pols[*]}"
+    $NICE "$KVQ" "${kb[@]}" >> "$dir/speed-kvq-r$1.jsonl" 2>> "$dir/speed-kvq.err"
+  }
+  for r in $(seq 1 "$SPEED_ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then speed_llama "$r"; speed_kvq "$r"; else speed_kvq "$r"; speed_llama "$r"; fi
+  done
+  $PY speed "$dir" | tee "$dir/speed.md"
+}
+
 # ---------------------------------------------------------------- table
 do_table() {
   local dir="$OUT/$1"
@@ -191,6 +239,7 @@ case "${1:-}" in
   llama) do_llama "${2:?model}" ;;
   turbo) do_turbo "${2:?model}" ;;
   kvq)   do_kvq "${2:?model}" ;;
+  speed) do_speed "${2:?model}" ;;
   table) do_table "${2:?model}" ;;
   all)   do_llama "${2:?model}"; do_turbo "$2"; do_kvq "$2"; do_table "$2" ;;
   *) echo "usage: $0 build|llama|turbo|kvq|speed|table|all [smollm2|gemma3]" >&2; exit 2 ;;

@@ -108,8 +108,13 @@ def kld_table(d):
     out.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
         name = r.get("ctk", "?") + ("/" + r["ctv"] if r.get("ctv") != r.get("ctk") else "")
-        if r.get("rot"):
-            name += f", rotation {r['rot']}"
+        rot = r.get("rot")
+        if rot in ("on", "off"):
+            name += f", rotation {rot}"
+        elif rot == "uniform":
+            name += ", every layer"
+        elif rot == "default":
+            name += ", fork defaults"
         out.append(f"| {r.get('engine', '?')} | `{name}` | {fmt(r.get('bits'), 3)} | {fmt(r['kld'], 4)} ± "
                    f"{fmt(r.get('kld_se'), 4)} | {fmt(r.get('kld_p99'), 3)} | {fmt(r.get('top1'), 3)} | "
                    f"{fmt(r.get('ppl'), 2)} ({fmt(r.get('ppl_base'), 2)}) | {r.get('tokens', '-')} |")
@@ -130,27 +135,69 @@ def kld_table(d):
 
 # ---------------------------------------------------------------- speed
 
-def speed_table(d):
-    rows = []
+def speed_rows(d):
+    """(engine, cache, test, depth) -> [tok/s per round], test "prefill" or "decode"."""
+    rows = {}
     for p in sorted(glob.glob(os.path.join(d, "speed-*.jsonl"))):
         for line in open(p):
             line = line.strip()
             if not line.startswith("{"):
                 continue
             j = json.loads(line)
-            if "avg_ts" in j:  # llama-bench -o jsonl
-                test = f"pp{j['n_prompt']}" if j.get("n_prompt") else f"tg{j['n_gen']}"
-                rows.append(("llama.cpp", f"{j['type_k']}/{j['type_v']}", test, j.get("n_depth", 0),
-                             j["avg_ts"], j.get("stddev_ts", 0.0), os.path.basename(p)))
+            if "avg_ts" in j:  # llama-bench -o jsonl: pp512 @ d, tg32 @ d
+                test = "prefill" if j.get("n_prompt") else "decode"
+                key = ("llama.cpp", f"{j['type_k']}/{j['type_v']}", test, j.get("n_depth", 0))
+                rows.setdefault(key, []).append(j["avg_ts"])
             elif j.get("tool") == "bench" and "gen_tok_s" in j:
-                rows.append(("kvq", j.get("policy"), "decode", j.get("ctx"), j.get("gen_tok_s"), None,
-                             os.path.basename(p)))
-                rows.append(("kvq", j.get("policy"), "prefill", j.get("ctx"), j.get("prefill_tok_s"), None,
-                             os.path.basename(p)))
-    print("| engine | cache | test | depth | tok/s (± sd) | file |")
-    print("|---|---|---|---|---|---|")
-    for e, c, t, dep, ts, sd, f in rows:
-        print(f"| {e} | `{c}` | {t} | {dep} | {fmt(ts, 2)}{'' if sd is None else ' ± ' + fmt(sd, 2)} | {f} |")
+                # kvq bench: prefill of 512 tokens ending at ctx - 32, then 32 decode steps ending at ctx
+                pol = j.get("policy")
+                rows.setdefault(("kvq", pol, "prefill", j["ctx"]), []).append(j["prefill_tok_s"])
+                rows.setdefault(("kvq", pol, "decode", j["ctx"]), []).append(j["gen_tok_s"])
+    return rows
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def speed_table(d):
+    rows = speed_rows(d)
+    depths = {"llama.cpp": sorted({k[3] for k in rows if k[0] == "llama.cpp"}),
+              "kvq": sorted({k[3] for k in rows if k[0] == "kvq"})}
+    caches = []
+    for k in rows:
+        if (k[0], k[1]) not in caches:
+            caches.append((k[0], k[1]))
+    nd = max(len(depths["llama.cpp"]), len(depths["kvq"]))
+    head = ["engine", "cache"]
+    for i in range(nd):
+        dl = "/".join(str(depths[e][i]) for e in ("llama.cpp", "kvq") if i < len(depths[e]))
+        head += [f"decode @ {dl} tok/s", "× own f16", "× llama.cpp f16",
+                 f"prefill @ {dl} tok/s", "× own f16", "× llama.cpp f16"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for e, c in caches:
+        cells = [e, f"`{c}`"]
+        own_f16 = "f16/f16" if e == "llama.cpp" else "f16"
+        for i in range(nd):
+            for test in ("decode", "prefill"):
+                if i >= len(depths[e]):
+                    cells += ["-", "-", "-"]
+                    continue
+                dep = depths[e][i]
+                v = rows.get((e, c, test, dep))
+                f = rows.get((e, own_f16, test, dep))
+                ld = depths["llama.cpp"][i] if i < len(depths["llama.cpp"]) else None
+                lf = rows.get(("llama.cpp", "f16/f16", test, ld))
+                m = median(v) if v else None
+                cells.append("-" if m is None else f"{m:.1f} ({len(v)})")
+                cells.append("-" if not (m and f) else f"{m / median(f):.2f}")
+                cells.append("-" if not (m and lf) else f"{m / median(lf):.2f}")
+        print("| " + " | ".join(cells) + " |")
+    print("\n(medians over rounds, number of rounds in brackets; llama.cpp: pp512 and tg32 at depth d "
+          "(llama-bench -d); kvq: 512 prefill tokens ending at ctx - 32 and 32 decode steps ending at ctx)")
 
 
 # ---------------------------------------------------------------- windows
