@@ -12,7 +12,7 @@
 #
 # Environment (defaults in brackets):
 #   OUT        where raw outputs go      [bench/results/anchors-2026-12-02]
-#   CHUNKS     windows of CTX tokens     [4]
+#   CHUNKS     windows of CTX tokens     [2, as the matrix of docs/RESULTS.md]
 #   CTX        window                    [2048]
 #   THREADS    threads, both engines     [2]
 #   POLICIES   kvq policies, space separated; on gemma3 ",sliding=1" is
@@ -42,7 +42,7 @@ LCPP_BUILD="$AN/build"
 PPL="$LCPP_BUILD/bin/llama-perplexity"
 LBENCH="$LCPP_BUILD/bin/llama-bench"
 OUT=${OUT:-bench/results/anchors-2026-12-02}
-CHUNKS=${CHUNKS:-4}
+CHUNKS=${CHUNKS:-2}
 CTX=${CTX:-2048}
 THREADS=${THREADS:-2}
 KVQ=${KVQ:-build-anchors/kvq}
@@ -119,7 +119,7 @@ kld_rows() {
   local tag; [ "$engine" = llama.cpp ] && tag=llama || tag=llama-$engine
   local base="$AN/base-$engine-$model-c$CTX-n$CHUNKS.kld"
   local text; text=$(llama_text "$model")
-  local common=(-m "$gguf" -c "$CTX" -t "$THREADS" -fa on)
+  local common=(-m "$gguf" -c "$CTX" -t "$THREADS" -fa on -lv 4)   # -lv 4: the KV cache sizes in the log
   if [ ! -s "$base" ] || ! grep -q "Final estimate" "$dir/$tag-f16-base.log" 2>/dev/null; then
     log "$engine $model: f16 base (--kl-divergence-base), $CHUNKS chunks of $CTX"
     { echo "# engine=$engine"; echo "# commit=$commit"; echo "# ctk=f16"; echo "# ctv=f16"

@@ -17,7 +17,8 @@
                             the bytes of its first token (kvq's tokenizer) removes the offset.
                             Without BOS: TEXT unchanged. `windows` checks the result.
 
-Bits per value of a llama.cpp row are measured, not looked up: the KV bytes of
+Bits per value of a llama.cpp row are measured, not looked up (2 decimals: the
+log prints MiB with 2 decimals): the KV bytes of
 its "llama_kv_cache: size = ..." log lines over (cells x layers x n_embd_k_gqa)
 values, so a type that pads the head dim is charged for the padding.
 """
@@ -32,6 +33,7 @@ import sys
 # ---------------------------------------------------------------- llama.cpp logs
 
 HDR = re.compile(r"^# (\w+)=(.*)$")
+STAMP = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")  # the log's "0.02.755.614 I " prefix
 NUM = r"([-+0-9.eE]+|nan|inf)"
 PATTERNS = {
     "kld": re.compile(r"^Mean\s+KLD:\s+" + NUM + r"\s+±\s+" + NUM),
@@ -45,6 +47,7 @@ PATTERNS = {
 KVSIZE = re.compile(r"llama_kv_cache: size =\s+[0-9.]+ MiB \(\s*(\d+) cells,\s+(\d+) layers.*K \((\w+)\):\s+([0-9.]+) MiB, "
                     r"V \((\w+)\):\s+([0-9.]+) MiB")
 GQA = re.compile(r"print_info: n_embd_([kv])_gqa\s+=\s+(\d+)")
+ROT = re.compile(r"llama_kv_cache: attn_rot_([kv]) = (\d)")
 SCORED = re.compile(r"kl_divergence: computing over (\d+) chunks, n_ctx=(\d+)")
 
 
@@ -53,7 +56,7 @@ def parse_llama_log(path):
     k_bits = v_bits = None
     caches, gqa = [], {}
     for line in open(path, errors="replace"):
-        line = line.rstrip("\n")
+        line = STAMP.sub("", line.rstrip("\n"))
         m = HDR.match(line)
         if m:
             r[m.group(1)] = m.group(2)
@@ -69,6 +72,9 @@ def parse_llama_log(path):
         m = KVSIZE.search(line)
         if m:
             caches.append((int(m.group(1)), int(m.group(2)), float(m.group(4)), float(m.group(6))))
+        m = ROT.search(line)
+        if m:
+            r["rot_" + m.group(1)] = int(m.group(2))
         m = GQA.search(line)
         if m:
             gqa[m.group(1)] = int(m.group(2))
@@ -109,13 +115,18 @@ def kld_table(d):
     for r in rows:
         name = r.get("ctk", "?") + ("/" + r["ctv"] if r.get("ctv") != r.get("ctk") else "")
         rot = r.get("rot")
-        if rot in ("on", "off"):
+        if "rot_k" in r and r.get("engine") == "llama.cpp":  # what the log says, not what was asked
+            on = {k for k in ("k", "v") if r.get("rot_" + k)}
+            name += ", rotation " + ("on" if on == {"k", "v"} else "off" if not on else "on for " + "".join(on).upper())
+            if rot in ("on", "off") and (rot == "on") != bool(on):
+                name += f" (asked: {rot})"
+        elif rot in ("on", "off"):
             name += f", rotation {rot}"
         elif rot == "uniform":
             name += ", every layer"
         elif rot == "default":
             name += ", fork defaults"
-        out.append(f"| {r.get('engine', '?')} | `{name}` | {fmt(r.get('bits'), 3)} | {fmt(r['kld'], 4)} ± "
+        out.append(f"| {r.get('engine', '?')} | `{name}` | {fmt(r.get('bits'), 2)} | {fmt(r['kld'], 4)} ± "
                    f"{fmt(r.get('kld_se'), 4)} | {fmt(r.get('kld_p99'), 3)} | {fmt(r.get('top1'), 3)} | "
                    f"{fmt(r.get('ppl'), 2)} ({fmt(r.get('ppl_base'), 2)}) | {r.get('tokens', '-')} |")
     kv = os.path.join(d, "kvq-kld.jsonl")
