@@ -108,7 +108,8 @@ def kld_table(d):
             continue
         rows.append(r)
     order = {"llama.cpp": 0, "turboquant": 1}
-    rows.sort(key=lambda r: (order.get(r.get("engine"), 9), -r.get("bits", 0), r.get("rot", "")))
+    rows.sort(key=lambda r: (order.get(r.get("engine"), 9), -r.get("bits_k", 0), -r.get("bits_v", 0),
+                             -r.get("rot_k", 0), r.get("rot", "")))
     out = []
     out.append("| engine | cache K/V (policy) | bits/value | KLD ± se | KLD p99 | top-1 | ppl (f16 ppl) | scored |")
     out.append("|---|---|---|---|---|---|---|---|")
