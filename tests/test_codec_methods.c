@@ -273,6 +273,13 @@ static void test_errors(void) {
     CHECK(kvq_plan_create(&p, "f16:4", 128, 1, NULL, 0) == KVQ_ERR_UNKNOWN_METHOD, "bits on f16");
     CHECK(kvq_plan_create(&p, "", 128, 1, NULL, 0) == KVQ_ERR_UNKNOWN_METHOD, "empty spec");
     CHECK(kvq_plan_create(&p, "qjl+m=7", 128, 1, NULL, 0) == KVQ_ERR_INVALID_ARG, "m=7");
+    /* a sketch size of 0, or on a method without a sketch, is refused, not ignored (issue 15) */
+    const char *no_m[] = {"qjl+m=0", "qjl:0", "tq-mse:4+m=0", "tq-mse:4+m=64", "q8+m=64", "tcq:2+m=8"};
+    for (size_t i = 0; i < sizeof no_m / sizeof *no_m; i++)
+        CHECK(kvq_plan_create(&p, no_m[i], 128, 1, NULL, 0) == KVQ_ERR_INVALID_ARG, "%s refused", no_m[i]);
+    kvq_plan *tp = NULL;
+    CHECK_OK(kvq_plan_create(&tp, "tq-prod:3+m=64", 128, 1, NULL, 0));
+    kvq_plan_free(tp);
     CHECK(kvq_plan_create(&p, "tq-mse:4+outliers=8", 128, 1, NULL, 0) == KVQ_ERR_NEEDS_CALIBRATION, "no calib");
     CHECK(kvq_plan_create(&p, "tq-mse:4+outliers=5", 128, 1, x, 1) == KVQ_ERR_INVALID_ARG, "K=5");
     CHECK(kvq_plan_create(&p, "tq-mse:4+center", 128, 1, NULL, 0) == KVQ_ERR_NEEDS_CALIBRATION, "center without calib");

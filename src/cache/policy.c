@@ -128,6 +128,9 @@ static int check_spec(const char *spec, int value, char *err, size_t cap) {
     kvq_plan *pl = NULL;
     rc = kvq_plan_create(&pl, spec, KVQ_DIM_MAX, 0, rows, calib ? 1 : 0);
     free(rows);
+    if (rc == KVQ_ERR_INVALID_ARG && (strstr(spec, "+m=") || !strncmp(spec, "qjl:", 4)))
+        return fail(err, cap, rc, "%s method '%s': a QJL sketch size (+m=M, qjl:M) is for qjl and tq-prod only, "
+                    "M a multiple of 8 in 8..4096", value ? "value" : "key", spec);
     if (rc) return fail(err, cap, rc, "%s method '%s': %s", value ? "value" : "key", spec, kvq_strerror(rc));
     int dec = kvq_plan_can_decode(pl);
     kvq_plan_free(pl);

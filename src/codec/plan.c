@@ -5,6 +5,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "codec_internal.h"
 #include "cpu.h"
@@ -36,6 +37,8 @@ static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int di
         if (o.bits < m->min_bits || o.bits > m->max_bits) return KVQ_ERR_BITS_RANGE;
     }
     if (o.m && (o.m < 8 || o.m > 4096 || o.m % 8)) return KVQ_ERR_INVALID_ARG;
+    /* +m=M sizes a QJL sketch: only qjl and tq-prod have one */
+    if (o.m && strcmp(m->name, "qjl") && strcmp(m->name, "tq-prod")) return KVQ_ERR_INVALID_ARG;
     int nw, rc, idim = 0;
     const kvq_wrapper *w = wrapper_of(&o, &nw);
     kvq_plan_opts io;

@@ -38,7 +38,7 @@ int spec_parse(const char *spec, const kvq_method **m, kvq_plan_opts *o) {
         size_t al = strcspn(s, "+");
         long v;
         if (!parse_int(s, al, &v)) return KVQ_ERR_UNKNOWN_METHOD;
-        if ((*m)->colon_rows) o->m = (int)v; /* qjl:M is the sketch size */
+        if ((*m)->colon_rows) o->m = v > 0 ? (int)v : -1; /* qjl:M is the sketch size (qjl:0 refused) */
         else if ((*m)->max_bits == 0) return KVQ_ERR_UNKNOWN_METHOD;
         else o->bits = (int)v;
         s += al;
@@ -54,7 +54,7 @@ int spec_parse(const char *spec, const kvq_method **m, kvq_plan_opts *o) {
             if (kl == 5 && !strncmp(s, "scale", 5) && ol - kl - 1 == 4 && !strncmp(eq + 1, "norm", 4)) o->scale_norm = 1;
             else if (kl == 2 && !strncmp(s, "cb", 2) && ol - kl - 1 == 5 && !strncmp(eq + 1, "gauss", 5)) o->cb_gauss = 1;
             else return KVQ_ERR_UNKNOWN_METHOD;
-        } else if (kl == 1 && s[0] == 'm' && hasv) o->m = (int)v;
+        } else if (kl == 1 && s[0] == 'm' && hasv) o->m = v > 0 ? (int)v : -1; /* +m=0: refused, not the default */
         else if (kl == 8 && !strncmp(s, "outliers", 8) && hasv) o->outliers = (int)v;
         else if (!eq && kl == 5 && !strncmp(s, "norot", 5)) o->norot = 1;
         else if (!eq && kl == 7 && !strncmp(s, "scale32", 7)) o->scale32 = 1;
