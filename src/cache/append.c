@@ -119,9 +119,10 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     uint8_t *ntail = NULL;
     const int new_tail = cap != L->tail_cap;
     if (new_tail && cap && !(ntail = malloc(cap * (size_t)H * 2 * 2 * (size_t)d))) rc = KVQ_ERR_NOMEM;
-    uint8_t *nsink = NULL; /* the sink, with the layer's first token */
-    if (!rc && L->sink && !L->sinkbuf && !(nsink = malloc(sink_bytes(c, L)))) rc = KVQ_ERR_NOMEM;
-    uint8_t *const sink = L->sinkbuf ? L->sinkbuf : nsink;
+    /* the sink, with the layer's first token (invisible until main_end moves;
+     * a rollback frees it again) */
+    uint8_t *nsink = NULL;
+    if (!rc && L->sink && !L->sinkbuf && !(L->sinkbuf = nsink = malloc(sink_bytes(c, L)))) rc = KVQ_ERR_NOMEM;
 
     /* 3. pages, then encode positions [L->main_end, main_end) (those below
      * the sink size are kept f16 in the sink) */
@@ -129,8 +130,7 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     uint8_t h16[2 * KVQ_DIM_MAX];
     for (size_t p = L->main_end; p < main_end && p < L->sink && !rc; p++) {
         for (int h = 0; h < H; h++) {
-            uint8_t *kd = sink + ((size_t)h * L->sink + p) * 2 * (size_t)d;
-            uint8_t *vd = sink + ((size_t)(H + h) * L->sink + p) * 2 * (size_t)d;
+            uint8_t *kd = sink_k(c, L, h, p), *vd = sink_v(c, L, h, p);
             if (p < old_len) { /* leaves the tail */
                 memcpy(kd, tail_k(c, L, h, p), 2 * (size_t)d);
                 memcpy(vd, tail_v(c, L, h, p), 2 * (size_t)d);
@@ -167,14 +167,16 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     if (rc) { /* roll back: nothing visible has changed */
         store_trim(L, L->main_end);
         free(ntail);
-        free(nsink);
+        if (nsink) {
+            free(nsink);
+            L->sinkbuf = NULL;
+        }
         free_head_plans(nk, H);
         free_head_plans(nv, H);
         return rc;
     }
 
     /* 4. commit */
-    if (nsink) L->sinkbuf = nsink;
     if (calibrate) {
         L->khead = nk;
         L->vhead = nv;
