@@ -34,7 +34,7 @@ def window_logits(model, ids: torch.Tensor, batch: int, cache) -> torch.Tensor:
     """Logits (T, vocab) of one window read in chunks of `batch` tokens through `cache`."""
     out = []
     for i in range(0, ids.shape[1], batch):
-        r = model(input_ids=ids[:, i:i + batch], past_key_values=cache, use_cache=True)
+        r = model(input_ids=ids[:, i:i + batch], **kt.cache_kwargs(cache), use_cache=True)
         out.append(r.logits[0].float())
     return torch.cat(out)
 

@@ -8,7 +8,8 @@
 The model is one of kvq's GGUF files, loaded by transformers' own GGUF
 loader (kvq.transformers.hf_models.load_gguf keeps the converted checkpoint
 next to it, so the second run starts in seconds). Everything else is plain
-transformers: `model.generate(..., past_key_values=kvq.transformers.Cache(model, policy=...))`.
+transformers: `model.generate(..., **kt.cache_kwargs(kvq.transformers.Cache(model, policy=...)))`
+(`cache=` from transformers 5.24, `past_key_values=` before).
 Prints the text, then the cache's bytes against an f16 cache of the same tokens.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ def main() -> int:
     cache = kt.Cache(model, policy=a.policy)
     t0 = time.time()
     with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=a.max_new_tokens, do_sample=False, past_key_values=cache)
+        out = model.generate(ids, max_new_tokens=a.max_new_tokens, do_sample=False, **kt.cache_kwargs(cache))
     dt = time.time() - t0
     new = out[0, ids.shape[1]:]
     print(tok.decode(new, skip_special_tokens=True))

@@ -22,6 +22,7 @@ from hf_util import need_module, tiny_model
 torch = need_module("torch")
 need_module("transformers")
 from transformers import DynamicCache  # noqa: E402
+import transformers  # noqa: E402
 
 import kvq  # noqa: E402
 import kvq.transformers as kt  # noqa: E402
@@ -36,9 +37,9 @@ def logits_steps(model, ids, cache, prefill: int, chunk: int = 0):
     with torch.inference_mode():
         step = chunk or prefill
         for i in range(0, prefill, step):
-            out.append(model(input_ids=ids[:, i:min(prefill, i + step)], past_key_values=cache).logits)
+            out.append(model(input_ids=ids[:, i:min(prefill, i + step)], **kt.cache_kwargs(cache)).logits)
         for i in range(prefill, ids.shape[1]):
-            out.append(model(input_ids=ids[:, i:i + 1], past_key_values=cache).logits)
+            out.append(model(input_ids=ids[:, i:i + 1], **kt.cache_kwargs(cache)).logits)
     return torch.cat(out, dim=1)
 
 
@@ -93,10 +94,10 @@ def test_padded_batch_equals_single_sequences(tiny):
     pol = "tq-mse:4/tq-mse:4,sliding=1"
     with torch.inference_mode():
         batched = m.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=pad,
-                             past_key_values=kt.Cache(m, policy=pol))
+                             **kt.cache_kwargs(kt.Cache(m, policy=pol)))
         for row, single in ((0, a), (1, b)):
             alone = m.generate(single, max_new_tokens=12, do_sample=False, pad_token_id=pad,
-                               past_key_values=kt.Cache(m, policy=pol))
+                               **kt.cache_kwargs(kt.Cache(m, policy=pol)))
             assert torch.equal(batched[row, -12:], alone[0, -12:]), (arch, row)
 
 
@@ -104,9 +105,26 @@ def test_generate_matches_dynamic_cache_f32(tiny):
     arch, m = tiny
     ids = torch.randint(0, 384, (2, 17), generator=torch.Generator().manual_seed(4))
     with torch.inference_mode():
-        ref = m.generate(ids, max_new_tokens=30, do_sample=False, past_key_values=DynamicCache())
-        got = m.generate(ids, max_new_tokens=30, do_sample=False, past_key_values=kt.Cache(m, policy="f32,sliding=1"))
+        ref = m.generate(ids, max_new_tokens=30, do_sample=False, **kt.cache_kwargs(DynamicCache()))
+        got = m.generate(ids, max_new_tokens=30, do_sample=False, **kt.cache_kwargs(kt.Cache(m, policy="f32,sliding=1")))
     assert torch.equal(got, ref)
+
+
+def test_cache_kwargs_name_the_installed_argument(tiny):
+    """generate and forward take kvq's Cache under the name the installed transformers expects, without a FutureWarning."""
+    import warnings
+    arch, m = tiny
+    ids = torch.randint(0, 384, (1, 9), generator=torch.Generator().manual_seed(5))
+    kw = kt.cache_kwargs(kt.Cache(m, policy="f32,sliding=1"))
+    assert list(kw) == ["cache" if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (5, 24)
+                        else "past_key_values"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        with torch.inference_mode():
+            got = m.generate(ids, max_new_tokens=6, do_sample=False, **kw)
+            ref = m.generate(ids, max_new_tokens=6, do_sample=False, **kt.cache_kwargs(DynamicCache()))
+    assert torch.equal(got, ref)
+    assert kw[next(iter(kw))].get_seq_length() == ids.shape[1] + 5
 
 
 def test_kvq_attention_without_kvq_cache_is_sdpa():
@@ -126,7 +144,7 @@ def test_errors():
     right = torch.ones(2, 12, dtype=torch.long)
     right[1, -3:] = 0
     with torch.inference_mode(), pytest.raises(NotImplementedError, match="left padding"):
-        m(input_ids=ids, attention_mask=right, past_key_values=kt.Cache(m, policy="q8"))
+        m(input_ids=ids, attention_mask=right, **kt.cache_kwargs(kt.Cache(m, policy="q8")))
     # a non-finite key reaches the C cache's check: nothing stored, a kvq error
     with torch.inference_mode():
         c = kt.Cache(m, policy="tq-mse:4/tq-mse:4")
@@ -142,7 +160,7 @@ def test_errors():
         kt.Cache(m, policy="nope:4")
     c = kt.Cache(m, policy="q8")
     with torch.inference_mode():
-        m(input_ids=ids, past_key_values=c)
+        m(input_ids=ids, **kt.cache_kwargs(c))
     with pytest.raises(NotImplementedError):
         c.reorder_cache(torch.tensor([1, 0]))
     c.reorder_cache(torch.tensor([0, 1]))     # identity: allowed
@@ -154,10 +172,10 @@ def test_crop_rewinds():
     c = kt.Cache(m, policy="q8")
     ref = logits_steps(m, ids, kt.Cache(m, policy="q8"), 40)
     with torch.inference_mode():
-        m(input_ids=ids, past_key_values=c)
+        m(input_ids=ids, **kt.cache_kwargs(c))
         c.crop(25)
         assert c.get_seq_length() == 25 and c.sequence_lengths() == [25]
-        got = m(input_ids=ids[:, 25:], past_key_values=c).logits
+        got = m(input_ids=ids[:, 25:], **kt.cache_kwargs(c)).logits
     assert rel(got, ref[:, 25:]) < 1e-5
 
 
@@ -182,8 +200,8 @@ def test_real_model_f16_greedy_and_logits(which, request):
     for p in PROMPTS:
         ids = tok(p, return_tensors="pt").input_ids
         with torch.inference_mode():
-            ref = m.generate(ids, max_new_tokens=16, do_sample=False, past_key_values=DynamicCache())
-            got = m.generate(ids, max_new_tokens=16, do_sample=False, past_key_values=kt.Cache(m, policy="f16"))
+            ref = m.generate(ids, max_new_tokens=16, do_sample=False, **kt.cache_kwargs(DynamicCache()))
+            got = m.generate(ids, max_new_tokens=16, do_sample=False, **kt.cache_kwargs(kt.Cache(m, policy="f16")))
         assert torch.equal(got, ref), (which, p, tok.decode(got[0]), tok.decode(ref[0]))
     ids = tok(PROMPTS[2], return_tensors="pt").input_ids
     with torch.inference_mode():
@@ -197,7 +215,7 @@ def kld_hf(model, ids, pol: str, ctx: int, batch: int) -> float:
     win = ids[:, :ctx]
     def run(cache):
         with torch.inference_mode():
-            return torch.log_softmax(torch.cat([model(input_ids=win[:, i:i + batch], past_key_values=cache).logits[0]
+            return torch.log_softmax(torch.cat([model(input_ids=win[:, i:i + batch], **kt.cache_kwargs(cache)).logits[0]
                                                 for i in range(0, ctx, batch)]).float(), -1)[ctx // 2:]
     base, lp = run(DynamicCache()), run(kt.Cache(model, policy=pol))
     return float((base.exp() * (base - lp)).sum(-1).mean())

@@ -147,7 +147,8 @@ class KvqLayer(CacheLayerMixin):
 class Cache(_HFCache):
     """A transformers Cache that keeps every layer's K/V compressed by kvq.
 
-    ``model.generate(ids, past_key_values=kvq.transformers.Cache(model, policy="tq-mse:4+chscale/tq-mse:4"))``
+    ``model.generate(ids, **cache_kwargs(kvq.transformers.Cache(model, policy="tq-mse:4+chscale/tq-mse:4")))``
+    (``cache_kwargs``: ``cache=`` from transformers 5.24, ``past_key_values=`` before)
 
     Args:
         model: a transformers model (or its config): layers, heads, head dim
