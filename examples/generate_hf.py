@@ -21,9 +21,11 @@ import time
 
 import torch
 
+import kvq
 import kvq.transformers as kt  # `pip install .` at the repository root (README)
 from kvq.transformers.hf_models import load_gguf
 
+LONG_CTX = 32768  # the context the memory figure is given for
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -54,9 +56,17 @@ def main() -> int:
     print(tok.decode(new, skip_special_tokens=True))
     g = cache.geometry
     n = cache.get_seq_length()
-    f16 = n * g["n_layers"] * g["n_kv_heads"] * g["head_dim"] * 2 * 2
-    print(f"\n[{a.policy}] {len(new)} tokens in {dt:.1f} s; cache {cache.memory_bytes()} B held for {n} positions "
-          f"(f16 K/V of them: {f16} B; kvq allocates whole pages, see docs/CACHE.md)", file=sys.stderr)
+    # the same policy (and f16) in a bare kvq.Cache of the model's geometry: what a long context costs,
+    # prefilled in chunks of 256 tokens (the exact plan; sliding-window layers hold their window only)
+    long = {}
+    for pol in (cache.policy, "f16"):
+        with kvq.Cache(g["n_layers"], g["n_kv_heads"], g["head_dim"], pol, sliding_window=g["windows"]) as c:
+            long[pol == "f16"] = c.memory_plan(LONG_CTX, batch=256).at
+    long_kv, long_f16 = long[False], long[True]
+    mib = 1 << 20
+    print(f"\n[{a.policy}] {len(new)} tokens in {dt:.1f} s; {cache.memory_bytes()} B held now for {n} positions "
+          f"(whole pages, f16 windows: docs/CACHE.md); at {LONG_CTX} tokens K/V {long_kv / mib:.1f} MiB vs f16 "
+          f"{long_f16 / mib:.1f} MiB ({long_f16 / long_kv:.2f}x smaller)", file=sys.stderr)
     return 0
 
 
