@@ -9,7 +9,9 @@
  *     batch sizes, zero and tiny rows;
  *   - score, accumulate and decode on the same codes within 1e-5 relative
  *     (the float sums may be ordered differently), n = 1..130 keys, nq =
- *     1..11 queries, d = 32 .. 512.
+ *     1..11 queries, d = 32 .. 512;
+ *   - the AVX-512 kernels (with and without VNNI: KVQ_NO_VNNI) bit for bit
+ *     the AVX2 ones (tcq_kernels_x86.c), scores and accumulators.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -91,6 +93,27 @@ static void test_plan(const char *spec, int d, size_t n, int nq, kvq_isa isa, tu
     CHECK_OK(kvq_accumulate(fast, w, nq, cr, n, af));
     e = tu_rel_l2(af, ar, (size_t)nq * d);
     CHECK(e < 1e-5, "%s d=%d n=%zu nq=%d isa=%s accumulate rel diff %.3g", spec, d, n, nq, kvq_isa_name(isa), e);
+#if KVQ_X86
+    if (isa >= KVQ_ISA_AVX512) { /* bit for bit the AVX2 kernels */
+        kvq_plan *a2 = NULL;
+        CHECK_OK(kvq_plan_clone_isa(&a2, fast, KVQ_ISA_AVX2));
+        if (a2) {
+            float *s2 = malloc(nq * n * 4), *acc2 = calloc((size_t)nq * d, 4), *acc5 = calloc((size_t)nq * d, 4);
+            CHECK_OK(kvq_score(a2, qp, nq, cr, n, s2));
+            CHECK(!memcmp(s2, sf, nq * n * 4), "%s d=%d n=%zu nq=%d %s: AVX-512 scores != AVX2's", spec, d, n, nq,
+                  getenv("KVQ_NO_VNNI") ? "no vnni" : "vnni");
+            for (size_t i = 0; i < (size_t)nq * d; i++) acc2[i] = acc5[i] = (float)(i % 5) - 2.0f;
+            CHECK_OK(kvq_accumulate(a2, w, nq, cr, n, acc2));
+            CHECK_OK(kvq_accumulate(fast, w, nq, cr, n, acc5));
+            CHECK(!memcmp(acc2, acc5, (size_t)nq * d * 4), "%s d=%d n=%zu nq=%d %s: AVX-512 accumulate != AVX2's", spec,
+                  d, n, nq, getenv("KVQ_NO_VNNI") ? "no vnni" : "vnni");
+            free(s2);
+            free(acc2);
+            free(acc5);
+        }
+        kvq_plan_free(a2);
+    }
+#endif
     CHECK_OK(kvq_decode(ref, cr, n, dr));
     CHECK_OK(kvq_decode(fast, cr, n, df));
     CHECK(tu_rel_l2(df, dr, n * d) < 1e-6, "%s d=%d isa=%s decode", spec, d, kvq_isa_name(isa));
@@ -114,15 +137,22 @@ int main(void) {
     static const size_t ns[] = {1, 3, 7, 17, 33, 130};
     static const int nqs[] = {1, 2, 3, 4, 8, 11};
     int count = 0;
-    for (int isa = KVQ_ISA_AVX2; isa <= (int)best; isa++)
+    /* AVX-512 twice: with VNNI where the CPU has it, and without (KVQ_NO_VNNI, read at plan creation) */
+    const int top = (int)best + (best >= KVQ_ISA_AVX512 && kvq_cpu_has_int8_dot());
+    for (int pass = KVQ_ISA_AVX2; pass <= top; pass++) {
+        const int isa = pass > KVQ_ISA_AVX512 ? KVQ_ISA_AVX512 : pass;
+        if (pass == KVQ_ISA_AVX512 && top > KVQ_ISA_AVX512) setenv("KVQ_NO_VNNI", "1", 1);
+        else unsetenv("KVQ_NO_VNNI");
         for (int k = 1; k <= 4; k++)
             for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
                 char spec[32];
                 snprintf(spec, sizeof spec, "tcq:%d%s", k, di % 3 == 1 ? "+norot" : "");
                 size_t n = dims[di] >= 256 ? ns[(k + di) % 3] : ns[(k + di) % 6];
-                test_plan(spec, dims[di], n, nqs[(k + di + isa) % 6], (kvq_isa)isa, &r);
+                test_plan(spec, dims[di], n, nqs[(k + di + pass) % 6], (kvq_isa)isa, &r);
                 count++;
             }
+    }
+    unsetenv("KVQ_NO_VNNI");
     printf("cpu isa: %s, %d spec/dim/isa combinations\n", kvq_isa_name(best), count);
     return tu_finish("test_tcq_simd");
 }

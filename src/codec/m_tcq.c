@@ -46,7 +46,7 @@ typedef struct {
 static tcq_records records(const kvq_plan *p) {
     const tcq_tables *tb = p->priv;
     tcq_records R = {&tb->tc, p->d, p->code_bytes, (size_t)p->rec.off[KVQ_TCQ_BITS],
-                     (size_t)p->rec.off[KVQ_TCQ_SCALE], p->o.scale32};
+                     (size_t)p->rec.off[KVQ_TCQ_SCALE], p->o.scale32, p->vnni};
     return R;
 }
 

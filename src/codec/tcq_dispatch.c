@@ -83,6 +83,7 @@ void tcq_values(const tcq_code *tc, const uint8_t *bits, int T, float *v, kvq_is
 void tcq_score(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                float *scores, kvq_isa isa) {
 #if KVQ_X86
+    if (isa >= KVQ_ISA_AVX512) { tcq_score_avx512(R, qp, qstride, nq, codes, n, scores); return; }
     if (isa >= KVQ_ISA_AVX2) { tcq_score_avx2(R, qp, qstride, nq, codes, n, scores); return; }
 #endif
     (void)isa;
@@ -92,6 +93,7 @@ void tcq_score(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
 void tcq_accum(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc,
                kvq_isa isa) {
 #if KVQ_X86
+    if (isa >= KVQ_ISA_AVX512) { tcq_accum_avx512(R, w, nq, codes, n, acc); return; }
     if (isa >= KVQ_ISA_AVX2) { tcq_accum_avx2(R, w, nq, codes, n, acc); return; }
 #endif
     (void)isa;

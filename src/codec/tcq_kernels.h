@@ -20,7 +20,8 @@
  *
  * Files, each calling only those below it (tests/check_codec_calls.sh):
  *   tcq_dispatch.c     the two-pass tail-biting encoder and the kernel per ISA;
- *   tcq_kernels_x86.c  AVX2 steps of the forward recursion, score, accumulate;
+ *   tcq_kernels_x86.c  AVX2 steps of the forward recursion, AVX2 and AVX-512
+ *                      score and accumulate;
  *   tcq_kernels.c      the code, the scalar references (*_ref), argmin,
  *                      traceback and the record walk.
  */
@@ -100,6 +101,7 @@ typedef struct tcq_records {
     size_t bits_off;  /* offset of the bitstream in a record */
     size_t scale_off; /* offset of the scale */
     int scale32;      /* f32 scale (else f16) */
+    int vnni;         /* AVX-512 VNNI allowed (the plan's vnni) */
 } tcq_records;
 
 float tcq_scale(const tcq_records *R, const uint8_t *rec);
@@ -111,6 +113,10 @@ void tcq_accum_ref(const tcq_records *R, const float *w, size_t nq, const uint8_
 void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                     float *scores);
 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
+/* AVX-512 (R->vnni: with vpdpbusd): bit for bit the AVX2 kernels. */
+void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                      float *scores);
+void tcq_accum_avx512(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
 void tcq_score(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                float *scores, kvq_isa isa);
 void tcq_accum(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc,

@@ -341,4 +341,230 @@ KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t
     for (; i < n; i++) accum_g(1, R, &c, w, nq, codes, n, i, acc);
 }
 
+/* ---- AVX-512 (and VNNI) score and accumulate ----------------------------
+ * Bit for bit the AVX2 kernels above (and so the same digests):
+ *   score: each 512-bit vector holds the 8 values t0 .. t0+7 of TWO
+ *     records (lanes 0-7 and 8-15), the query row broadcast to both halves,
+ *     so every lane runs the AVX2 lane's chain of fmas in the same order;
+ *     4 records a pass (two vectors), up to 8 queries, and each half
+ *     reduced by hsum_256 as the AVX2 kernel does;
+ *   accumulate: 16 consecutive values of one record a vector (the element
+ *     t of the accumulator gets the same fmas in the same record order as
+ *     in the AVX2 kernel, whatever the vector width); an 8-value tail by
+ *     the AVX2 step.
+ * The state and value arithmetic is the AVX2 one on 16 lanes; with VNNI
+ * the byte sum minus 510 is one vpdpbusd (h's 4 unsigned bytes times 1,
+ * added to -510: the same integer as vpmaddubsw + vpmaddwd - 510). */
+typedef struct {
+    __m512i shuf8, shift8, shuf16, shift16, mask, mul, add, c510, m510, ones8, ones16;
+} vconst512;
+
+KVQ_TARGET_AVX512 static inline vconst512 vconst512_make(int k, int L) {
+    vconst512 c;
+    uint8_t s8[64], s16[64];
+    int r8[16], r16[16];
+    for (int l = 0; l < 16; l++) {
+        const int o8 = (7 - (l & 7)) * k, o16 = (15 - l) * k; /* lane l's bit in the 16 bytes */
+        for (int i = 0; i < 4; i++) {
+            s8[4 * l + i] = (uint8_t)((o8 >> 3) + i);
+            s16[4 * l + i] = (uint8_t)((o16 >> 3) + i);
+        }
+        r8[l] = o8 & 7;
+        r16[l] = o16 & 7;
+    }
+    c.shuf8 = _mm512_loadu_si512(s8);
+    c.shift8 = _mm512_loadu_si512(r8);
+    c.shuf16 = _mm512_loadu_si512(s16);
+    c.shift16 = _mm512_loadu_si512(r16);
+    c.mask = _mm512_set1_epi32((1 << L) - 1);
+    c.mul = _mm512_set1_epi32((int)TCQ_MUL);
+    c.add = _mm512_set1_epi32((int)TCQ_ADD);
+    c.c510 = _mm512_set1_epi32(510);
+    c.m510 = _mm512_set1_epi32(-510);
+    c.ones8 = _mm512_set1_epi8(1);
+    c.ones16 = _mm512_set1_epi16(1);
+    return c;
+}
+
+/* (float)(sum - 510) of the 16 states in h (16-byte windows already shifted
+ * and masked). */
+KVQ_TARGET_AVX512 static inline __m512 value16(const vconst512 *c, __m512i h, const int vnni) {
+    h = _mm512_add_epi32(_mm512_mullo_epi32(h, c->mul), c->add);
+    __m512i sum;
+    if (vnni) {
+        sum = c->m510;
+        DPBUSD(sum, h, c->ones8);
+    } else {
+        sum = _mm512_sub_epi32(_mm512_madd_epi16(_mm512_maddubs_epi16(h, c->ones8), c->ones16), c->c510);
+    }
+    return _mm512_cvtepi32_ps(sum);
+}
+
+/* values t0 .. t0+7 of record a (lanes 0-7) and of record b (lanes 8-15) */
+KVQ_TARGET_AVX512 static inline __m512 raw8x2(const vconst512 *c, const stream16 *wa, const stream16 *wb, int T,
+                                              int k, int t0, const int vnni) {
+    const size_t B = (size_t)((T - 8 - t0) * k / 8);
+    const __m128i a = _mm_loadu_si128((const __m128i *)stream16_at(wa, B));
+    const __m128i b = _mm_loadu_si128((const __m128i *)stream16_at(wb, B));
+    const __m512i ab = _mm512_shuffle_i32x4(_mm512_castsi128_si512(a), _mm512_castsi128_si512(b), 0x00);
+    const __m512i h = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(ab, c->shuf8), c->shift8), c->mask);
+    return value16(c, h, vnni);
+}
+
+/* values t0 .. t0+15 of one record: the 16 states span 15 k + L <= 72 bits
+ * from the byte boundary of s_{t0+15} */
+KVQ_TARGET_AVX512 static inline __m512 raw16(const vconst512 *c, const stream16 *w, int T, int k, int t0,
+                                             const int vnni) {
+    const size_t B = (size_t)((T - 16 - t0) * k / 8);
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)stream16_at(w, B)));
+    const __m512i h = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(b, c->shuf16), c->shift16), c->mask);
+    return value16(c, h, vnni);
+}
+
+static inline size_t window16_bytes(int k, int L) { return (size_t)(15 * k + L + 7) / 8; }
+
+/* Scores of n records against m <= 8 queries (qs: rows of T floats times
+ * TCQ_INV_SD, as in tcq_score_avx2), 4 records a pass; a short last pass
+ * repeats its last record in the unused lanes. */
+KVQ_TARGET_AVX512 static inline void score512_m(const int m, const int vnni, const tcq_records *R, const vconst512 *c,
+                                                const float *qs, const uint8_t *codes, size_t n, float *scores) {
+    const int T = R->d, k = R->tc->k;
+    const size_t nb = (size_t)T * k / 8, need = window_bytes(k, R->tc->L);
+    const uint8_t *lim = codes + n * R->stride;
+    for (size_t i = 0; i < n; i += 4) {
+        const size_t nr = n - i < 4 ? n - i : 4;
+        stream16 w[4];
+        float g[4];
+        for (size_t r = 0; r < 4; r++) {
+            const uint8_t *rec = codes + (i + (r < nr ? r : nr - 1)) * R->stride;
+            stream16_init(&w[r], rec + R->bits_off, nb, need, lim);
+            g[r] = scale_avx2(R, rec);
+        }
+        __m512 s01[8], s23[8];
+        for (int j = 0; j < m; j++) s01[j] = s23[j] = _mm512_setzero_ps();
+        for (int t0 = 0; t0 < T; t0 += 8) {
+            const __m512 x01 = raw8x2(c, &w[0], &w[1], T, k, t0, vnni);
+            const __m512 x23 = raw8x2(c, &w[2], &w[3], T, k, t0, vnni);
+            for (int j = 0; j < m; j++) {
+                const __m512 q = _mm512_broadcast_f32x8(_mm256_loadu_ps(qs + (size_t)j * T + t0));
+                s01[j] = _mm512_fmadd_ps(q, x01, s01[j]);
+                s23[j] = _mm512_fmadd_ps(q, x23, s23[j]);
+            }
+        }
+        for (int j = 0; j < m; j++) {
+            float *o = scores + (size_t)j * n + i;
+            __m256 h[4] = {_mm512_castps512_ps256(s01[j]), _mm512_extractf32x8_ps(s01[j], 1),
+                           _mm512_castps512_ps256(s23[j]), _mm512_extractf32x8_ps(s23[j], 1)};
+            for (size_t r = 0; r < nr; r++) o[r] = g[r] * hsum_256(h[r]);
+        }
+    }
+}
+
+KVQ_TARGET_AVX512 static inline void score512_all(const int vnni, const tcq_records *R, const float *qp,
+                                                  size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                                                  float *scores) {
+    const int d = R->d;
+    const vconst512 c = vconst512_make(R->tc->k, R->tc->L);
+    float qs[8 * KVQ_DIM_MAX];
+    for (size_t j0 = 0; j0 < nq; j0 += 8) {
+        const size_t m = nq - j0 < 8 ? nq - j0 : 8;
+        for (size_t j = 0; j < m; j++)
+            for (int t = 0; t < d; t++) qs[j * (size_t)d + t] = qp[(j0 + j) * qstride + (size_t)t] * TCQ_INV_SD;
+        float *out = scores + j0 * n;
+        switch (m) {
+        case 1: score512_m(1, vnni, R, &c, qs, codes, n, out); break;
+        case 2: score512_m(2, vnni, R, &c, qs, codes, n, out); break;
+        case 3: score512_m(3, vnni, R, &c, qs, codes, n, out); break;
+        case 4: score512_m(4, vnni, R, &c, qs, codes, n, out); break;
+        case 5: score512_m(5, vnni, R, &c, qs, codes, n, out); break;
+        case 6: score512_m(6, vnni, R, &c, qs, codes, n, out); break;
+        case 7: score512_m(7, vnni, R, &c, qs, codes, n, out); break;
+        default: score512_m(8, vnni, R, &c, qs, codes, n, out); break;
+        }
+    }
+}
+
+KVQ_TARGET_AVX512 static void score512_plain(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
+                                             const uint8_t *codes, size_t n, float *scores) {
+    score512_all(0, R, qp, qstride, nq, codes, n, scores);
+}
+KVQ_TARGET_AVX512VNNI static void score512_vnni(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
+                                                const uint8_t *codes, size_t n, float *scores) {
+    score512_all(1, R, qp, qstride, nq, codes, n, scores);
+}
+
+void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes,
+                      size_t n, float *scores) {
+    if (R->vnni) score512_vnni(R, qp, qstride, nq, codes, n, scores);
+    else score512_plain(R, qp, qstride, nq, codes, n, scores);
+}
+
+/* Accumulate, G <= 4 records a pass (tcq_accum_avx2's order). */
+KVQ_TARGET_AVX512 static inline void accum512_g(const int G, const int vnni, const tcq_records *R, const vconst512 *c,
+                                                const vconst *c2, const float *w, size_t nq, const uint8_t *codes,
+                                                size_t n, size_t i, float *acc) {
+    const int d = R->d, k = R->tc->k;
+    const size_t nb = (size_t)d * k / 8, need = window16_bytes(k, R->tc->L);
+    const uint8_t *lim = codes + n * R->stride;
+    stream16 st[4];
+    float wg[4][8];
+    for (int r = 0; r < G; r++) {
+        const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
+        stream16_init(&st[r], rec + R->bits_off, nb, need, lim);
+    }
+    for (size_t j0 = 0; j0 < nq; j0 += 8) {
+        const size_t m = nq - j0 < 8 ? nq - j0 : 8;
+        for (int r = 0; r < G; r++) {
+            const float g = scale_avx2(R, codes + (i + (size_t)r) * R->stride) * TCQ_INV_SD;
+            for (size_t j = 0; j < m; j++) wg[r][j] = w[(j0 + j) * n + i + (size_t)r] * g;
+        }
+        float *a0 = acc + j0 * (size_t)d;
+        int t0 = 0;
+        for (; t0 + 16 <= d; t0 += 16) {
+            __m512 x[4];
+            for (int r = 0; r < G; r++) x[r] = raw16(c, &st[r], d, k, t0, vnni);
+            for (size_t j = 0; j < m; j++) {
+                float *a = a0 + j * (size_t)d + t0;
+                __m512 v = _mm512_loadu_ps(a);
+                for (int r = 0; r < G; r++) v = _mm512_fmadd_ps(_mm512_set1_ps(wg[r][j]), x[r], v);
+                _mm512_storeu_ps(a, v);
+            }
+        }
+        if (t0 < d) { /* d % 16 == 8 */
+            __m256 x[4];
+            for (int r = 0; r < G; r++) x[r] = raw8(c2, &st[r], d, k, t0);
+            for (size_t j = 0; j < m; j++) {
+                float *a = a0 + j * (size_t)d + t0;
+                __m256 v = _mm256_loadu_ps(a);
+                for (int r = 0; r < G; r++) v = _mm256_fmadd_ps(_mm256_set1_ps(wg[r][j]), x[r], v);
+                _mm256_storeu_ps(a, v);
+            }
+        }
+    }
+}
+
+KVQ_TARGET_AVX512 static inline void accum512_all(const int vnni, const tcq_records *R, const float *w, size_t nq,
+                                                  const uint8_t *codes, size_t n, float *acc) {
+    const vconst512 c = vconst512_make(R->tc->k, R->tc->L);
+    const vconst c2 = vconst_make(R->tc->k, R->tc->L);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) accum512_g(4, vnni, R, &c, &c2, w, nq, codes, n, i, acc);
+    for (; i < n; i++) accum512_g(1, vnni, R, &c, &c2, w, nq, codes, n, i, acc);
+}
+
+KVQ_TARGET_AVX512 static void accum512_plain(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes,
+                                             size_t n, float *acc) {
+    accum512_all(0, R, w, nq, codes, n, acc);
+}
+KVQ_TARGET_AVX512VNNI static void accum512_vnni(const tcq_records *R, const float *w, size_t nq,
+                                                const uint8_t *codes, size_t n, float *acc) {
+    accum512_all(1, R, w, nq, codes, n, acc);
+}
+
+void tcq_accum_avx512(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc) {
+    if (R->vnni) accum512_vnni(R, w, nq, codes, n, acc);
+    else accum512_plain(R, w, nq, codes, n, acc);
+}
+
+
 #endif
