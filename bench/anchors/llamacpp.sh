@@ -41,6 +41,7 @@ LCPP_SRC="$AN/llama.cpp"
 LCPP_BUILD="$AN/build"
 PPL="$LCPP_BUILD/bin/llama-perplexity"
 LBENCH="$LCPP_BUILD/bin/llama-bench"
+LQUANT="$LCPP_BUILD/bin/llama-quantize"   # built too: used read-only by the weight-quantization work
 OUT=${OUT:-bench/results/anchors-2026-12-02}
 CHUNKS=${CHUNKS:-2}
 CTX=${CTX:-2048}
@@ -83,10 +84,10 @@ do_build() {
     cp "$AN/x/llama_cpp_python-$LCPP_VERSION/.git/modules/vendor/llama.cpp/HEAD" "$AN/llama.cpp.commit"
     rm -rf "$AN/x" "$LCPP_SRC/.git"   # .git: a gitlink into the sdist's absent .git/modules
   fi
-  if [ ! -x "$PPL" ] || [ ! -x "$LBENCH" ]; then
-    log "building llama-perplexity, llama-bench: cmake ${LCPP_CMAKE_FLAGS[*]}"
+  if [ ! -x "$PPL" ] || [ ! -x "$LBENCH" ] || [ ! -x "$LQUANT" ]; then
+    log "building llama-perplexity, llama-bench, llama-quantize: cmake ${LCPP_CMAKE_FLAGS[*]}"
     $NICE cmake -S "$LCPP_SRC" -B "$LCPP_BUILD" "${LCPP_CMAKE_FLAGS[@]}" > "$AN/cmake.log"
-    $NICE cmake --build "$LCPP_BUILD" -j2 --target llama-perplexity llama-bench > "$AN/build.log"
+    $NICE cmake --build "$LCPP_BUILD" -j2 --target llama-perplexity llama-bench llama-quantize > "$AN/build.log"
   fi
   log "llama.cpp $(cat "$AN/llama.cpp.commit" 2>/dev/null || echo '?') built: $PPL"
 }
