@@ -18,6 +18,11 @@ KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
 static const kvqa::launch_fn k_table[12][8] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
+/* head dim 64: f16, q8, tq-mse:2, tq-mse:4 (index kd_index) */
+KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
+#define KVQ_ATTN_ROWD_ONE(DD, KN, KT, VN, VT) kvq_attn_launch_d##DD##_##KN##_##VN,
+#define KVQ_ATTN_ROWD(DD, KN, KT) {KVQ_ATTN_VD_FORMATS(KVQ_ATTN_ROWD_ONE, DD, KN, KT)},
+static const kvqa::launch_fn k_table64[4][4] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
 
 enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
 enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4 };
@@ -49,9 +54,20 @@ struct kvq_cuda_layer {
 
 static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
 
+/* The tensor-core kernels' head dims: 128 (every format below) and 64 (f16, q8, tq-mse:2/4). The kernel
+ * templates take d = 256 too, but it gave wrong attention on the H200 for every format, f16 included
+ * (rel. err 0.09-0.18, test_cuda, 2026-12-02): d = 256 stays on the generic kernel until that is found
+ * (bench/results/gpu-wip-2026-12-02). */
+static int fast_dim(int d) { return d == 64 || d == D; }
 static int k_format(const kvq_cuda_plan *p) {
-    if (p->d != D || p->sb != 2 || p->rot == 2) return -1;
+    if (!fast_dim(p->d) || p->sb != 2 || p->rot == 2) return -1;
     const int w = w_index(p->bits);
+    if (p->d != D) {
+        if (p->kind == KVQ_LAY_F16) return KF_F16;
+        if (p->kind == KVQ_LAY_Q8) return KF_Q8;
+        if (p->kind == KVQ_LAY_TQ && (p->bits == 2 || p->bits == 4)) return KF_TQ1 + w;
+        return -1;
+    }
     switch (p->kind) {
     case KVQ_LAY_F16: return KF_F16;
     case KVQ_LAY_Q8: return KF_Q8;
@@ -107,6 +123,17 @@ static kvqa::GenFmt gen_f16(int d) {
     F.len = d;
     return F;
 }
+/* Row of a format in k_table64 (F16, Q8, TQ2, TQ4). */
+static int kd_index(int f) { return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : 3; }
+static kvqa::launch_fn fast_fn(int d, int kf, int vf) {
+    if (d == D) return k_table[kf][vf];
+    return k_table64[kd_index(kf)][kd_index(vf)];
+}
+/* The f16 window pass of the tensor-core kernels at head dim d (fast_dim). */
+static int launch_window(int d, const kvqa::AttnParams &p, int do_launch, cudaStream_t st) {
+    if (d == D) return kvq_attn_launch_window(p, do_launch, st);
+    return kvq_attn_launch_window_d64(p, do_launch, st);
+}
 static int gen_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
 
 /* Adds (or reuses) a lookup table; returns its offset. */
@@ -157,7 +184,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     L->kb = cfg->k->code_bytes;
     L->vb = cfg->v->code_bytes;
     L->page_bytes = (size_t)L->H * L->P * (L->kb + L->vb);
-    L->fn = gen ? NULL : k_table[kf][vf];
+    L->fn = gen ? NULL : fast_fn(d, kf, vf);
     const float *hc[4] = {0, 0, 0, 0};
     const kvq_cuda_plan *k = cfg->k, *v = cfg->v;
     const int kw = k->bits;
@@ -187,7 +214,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     kvqa::AttnParams q;
     memset(&q, 0, sizeof q);
     q.lut_bytes = L->lut_bytes;
-    L->wide = kf == KF_TQ4 && vf == VF_TQ4 && L->nlut == 1 && L->klut[0] == L->vlut[0];
+    L->wide = d == D && kf == KF_TQ4 && vf == VF_TQ4 && L->nlut == 1 && L->klut[0] == L->vlut[0];
     q.wide = L->wide;
     int rc;
     if (gen) {
@@ -205,7 +232,10 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
         rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
     }
     if (!rc && L->occ < 1) rc = KVQ_ERR_UNSUPPORTED; /* does not fit the device */
-    if (!rc && L->W > 0 && d == D) rc = kvq_attn_launch_window(q, 0, 0);
+    if (!rc && L->W > 0 && fast_dim(d)) {
+        q.lut_bytes = 0; /* the window pass builds no table */
+        rc = launch_window(d, q, 0, 0);
+    }
     if (rc) {
         free(L);
         return rc;
@@ -618,8 +648,8 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
         pw.nlut = 0;
         pw.lut_bytes = 0;
         int rc;
-        if (L->d == D) {
-            rc = kvq_attn_launch_window(pw, 1, st);
+        if (fast_dim(L->d)) {
+            rc = launch_window(L->d, pw, 1, st);
         } else { /* the generic kernel on the f16 rings */
             pw.gk = pw.gv = gen_f16(L->d);
             pw.gen_win = 1;

@@ -44,9 +44,9 @@ __device__ __forceinline__ void tile_page(const AttnParams &p, int s, int tile, 
 /* Query fragment (the B operand of the score MMA) of query set `set` of KF: row g of the group
  * (q: its prepared query; has: g < GQ, else zeros), this lane's coordinates (KF::kcoord). */
 template <class KF>
-__device__ __forceinline__ void load_query(uint32_t qa[D / 16][2], const float *q, bool has, int qq, int set) {
+__device__ __forceinline__ void load_query(uint32_t qa[KF::HD / 16][2], const float *q, bool has, int qq, int set) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks++)
+    for (int ks = 0; ks < KF::HD / 16; ks++)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int reg = 2 * ks + j;
@@ -61,11 +61,12 @@ __device__ __forceinline__ void load_query(uint32_t qa[D / 16][2], const float *
  * (a0/a2: token g, a1/a3: token g + 8); Q~ is the B operand (same registers as the
  * A fragment it was). Even and odd k-steps in two accumulators (shorter chains).
  * acc: c0 = (token g, query 2qq), c1 = (g, 2qq + 1), c2 = (g + 8, 2qq), c3 = (g + 8, 2qq + 1). */
-__device__ __forceinline__ void kmma_t(float acc[4], const uint32_t qa[D / 16][2], const uint32_t kb0[16],
-                                       const uint32_t kb1[16]) {
+template <int DD = 128>
+__device__ __forceinline__ void kmma_t(float acc[4], const uint32_t qa[DD / 16][2], const uint32_t kb0[DD / 8],
+                                       const uint32_t kb1[DD / 8]) {
     float e[4] = {0.f, 0.f, 0.f, 0.f}, o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) {
+    for (int ks = 0; ks < DD / 16; ks++) {
         const uint32_t a[4] = {kb0[2 * ks], kb1[2 * ks], kb0[2 * ks + 1], kb1[2 * ks + 1]};
         kvq_mma16816((ks & 1) ? o : e, a, qa[ks][0], qa[ks][1]);
     }
@@ -79,7 +80,8 @@ __device__ __forceinline__ void kmma_t(float acc[4], const uint32_t qa[D / 16][2
  * partial state of the chunk (or of the window). */
 template <class VF, int NW, bool FINITE>
 __device__ __forceinline__ void block_merge(uint8_t *region, const AttnParams &p, const Item &it, bool win,
-                                            OnlineSoftmax<FINITE> &sm, const float O[D / 16][4], int lane, int warp) {
+                                            OnlineSoftmax<FINITE> &sm, const float O[VF::HD / 16][4], int lane, int warp) {
+    constexpr int D = VF::HD; /* head dim (partial states of state_floats(D) floats) */
     kvq_cp_async_wait<0>();
     sm.finish();
     __syncthreads(); /* every warp is done with its stages */
@@ -97,7 +99,7 @@ __device__ __forceinline__ void block_merge(uint8_t *region, const AttnParams &p
         for (int e = 0; e < 4; e++) wo[(warp * QPB + 2 * qq + (e & 1)) * D + VF::vcoord(g, mt, e >> 1)] = O[mt][e];
     __syncthreads();
     const int slot = (((it.s * p.H + it.h) * p.QG + it.qgrp) * (p.nchunk + 1)) + (win ? p.nchunk : it.chunk);
-    float *out = p.part + (size_t)slot * SF;
+    float *out = p.part + (size_t)slot * state_floats(D);
     for (int idx = threadIdx.x; idx < it.GQ * D; idx += NW * 32) {
         const int q = idx / D, c = idx - q * D;
         float M = -INFINITY;

@@ -19,27 +19,57 @@
 
 namespace kvqa {
 
-/* ---- K side: token r, quarter qq -> D/8 f16x2 registers ---------------------- */
-/* 4-bit strided (16 bytes of the D/2): byte j -> (coord j, j + 64) */
-KVQ_HD void kdec4(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[16]) {
-    const uint4 v = ld128(f + faddr<D / 2>(r, qq * 16));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+/* ---- K side: token r, quarter qq -> DD/8 f16x2 registers ---------------------- */
+/* Every decoder is written for head dim DD = 64, 128 or 256 (default 128): lane quarter qq
+ * reads the qq-th quarter of each field's bytes, so the maps below are the d = 128 maps with
+ * the field sizes scaled (issue 17: the tensor-core kernels at head dims 64 and 256). */
+/* Loads n = 4, 8, 16 or 32 bytes (4-byte aligned, a multiple of 16 at 32) as n / 4 words. */
+template <int N> KVQ_HD void ldw(const uint8_t *f, uint32_t w[N / 4]) {
+    static_assert(N == 4 || N == 8 || N == 16 || N == 32, "ldw: 4, 8, 16 or 32 bytes");
+    if constexpr (N == 4) {
+        w[0] = ld32(f);
+    } else if constexpr (N == 8) {
+        const uint2 v = ld64(f);
+        w[0] = v.x, w[1] = v.y;
+    } else {
 KVQ_UNROLL
-    for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < N / 16; i++) {
+            const uint4 v = ld128(f + 16 * i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+    }
+}
+/* Bytes b..b+N of token r of a staged field of R bytes a token (N = 32: two 16-byte reads). */
+template <int R, int N> KVQ_HD void ldf(const uint8_t *f, int r, int b, uint32_t w[N / 4]) {
+    if constexpr (N == 32) {
+        ldw<16>(f + faddr<R>(r, b), w);
+        ldw<16>(f + faddr<R>(r, b + 16), w + 4);
+    } else {
+        ldw<N>(f + faddr<R>(r, b), w);
+    }
+}
+
+/* 4-bit strided (DD/8 bytes of the DD/2): byte j -> (coord j, j + DD/2) */
+template <int DD = 128> KVQ_HD void kdec4(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[DD / 8]) {
+    uint32_t w[DD / 32];
+    ldf<DD / 2, DD / 8>(f, r, qq * (DD / 8), w);
+KVQ_UNROLL
+    for (int i = 0; i < DD / 32; i++) {
         kb[4 * i] = lut4w<0>(L, w[i], lane4);
         kb[4 * i + 1] = lut4w<1>(L, w[i], lane4);
         kb[4 * i + 2] = lut4w<2>(L, w[i], lane4);
         kb[4 * i + 3] = lut4w<3>(L, w[i], lane4);
     }
 }
-KVQ_HD int kcoord4(int qq, int reg, int h) { return 16 * qq + reg + 64 * h; }
+template <int DD = 128> KVQ_HD int kcoord4(int qq, int reg, int h) { return (DD / 8) * qq + reg + (DD / 2) * h; }
 
-/* 2-bit strided (8 bytes of the D/4): low nibble of byte j -> (j, j+32), high -> (j+64, j+96) */
-KVQ_HD void kdec2(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[16]) {
-    const uint2 v = ld64(f + faddr<D / 4>(r, qq * 8));
-    const uint32_t w[2] = {v.x, v.y};
+/* 2-bit strided (DD/16 bytes of the DD/4): low nibble of byte j -> (j, j + DD/4), high ->
+ * (j + DD/2, j + 3DD/4) */
+template <int DD = 128> KVQ_HD void kdec2(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[DD / 8]) {
+    uint32_t w[DD / 64];
+    ldf<DD / 4, DD / 16>(f, r, qq * (DD / 16), w);
 KVQ_UNROLL
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < DD / 64; i++)
 KVQ_UNROLL
         for (int b = 0; b < 4; b++) {
             const uint32_t byte = (w[i] >> (8 * b)) & 0xffu;
@@ -47,9 +77,11 @@ KVQ_UNROLL
             kb[2 * (4 * i + b) + 1] = lut2(L, byte >> 4);
         }
 }
-KVQ_HD int kcoord2(int qq, int reg, int h) { return 8 * qq + reg / 2 + 32 * (2 * (reg % 2) + h); }
+template <int DD = 128> KVQ_HD int kcoord2(int qq, int reg, int h) {
+    return (DD / 16) * qq + reg / 2 + (DD / 4) * (2 * (reg % 2) + h);
+}
 
-/* 1-bit (4 bytes of the D/8): nibble -> 4 coordinates (strided: j + 16k; signs: 8j + k) */
+/* 1-bit (4 bytes of the D/8): nibble -> 4 coordinates (strided: j + 16k; signs: 8j + k); d = 128 only */
 KVQ_HD void kdec1(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t kb[16]) {
     const uint32_t w = ld32(f + faddr<D / 8>(r, qq * 4));
 KVQ_UNROLL
@@ -65,11 +97,11 @@ KVQ_HD int kbit1(int reg, int h) { return 4 * ((reg / 2) % 2) + 2 * (reg % 2) + 
 KVQ_HD int kcoord1(int qq, int reg, int h) { return (4 * qq + reg / 4) + (D / 8) * kbit1(reg, h); }
 KVQ_HD int kcoord_sign(int qq, int reg, int h) { return 8 * (4 * qq + reg / 4) + kbit1(reg, h); }
 
-/* f16 values (chunks qq + 4i of the 2D bytes) */
-KVQ_HD void kdec_f16(const uint8_t *f, int r, int qq, uint32_t kb[16]) {
+/* f16 values (chunks qq + 4i, i < DD/32, of the 2DD bytes) */
+template <int DD = 128> KVQ_HD void kdec_f16(const uint8_t *f, int r, int qq, uint32_t kb[DD / 8]) {
 KVQ_UNROLL
-    for (int i = 0; i < 4; i++) {
-        const uint4 v = ld128(f + faddr<2 * D>(r, (qq + 4 * i) * 16));
+    for (int i = 0; i < DD / 32; i++) {
+        const uint4 v = ld128(f + faddr<2 * DD>(r, (qq + 4 * i) * 16));
         kb[4 * i] = v.x, kb[4 * i + 1] = v.y, kb[4 * i + 2] = v.z, kb[4 * i + 3] = v.w;
     }
 }
@@ -81,18 +113,26 @@ KVQ_HD __half2 i8pair(uint32_t w, int pair) {
     const uint32_t h = prmt(t, 0x64646464u, pair ? 0x4342u : 0x4140u);
     return __hsub2(bits2h(h), bits2h(0x64806480u));
 }
-/* q8: quarter qq = block qq (D = 128: 4 blocks of 32), scale folded in */
-KVQ_HD void kdec_q8(const uint8_t *fs, const uint8_t *fv, int r, int qq, uint32_t kb[16]) {
-    const uint16_t sbits = *(const uint16_t *)(fs + faddr<2 * (D / 32)>(r, 2 * qq));
-    const __half2 s2 = bits2h((uint32_t)sbits * 0x10001u);
-    const uint4 v0 = ld128(fv + faddr<D>(r, qq * 32)), v1 = ld128(fv + faddr<D>(r, qq * 32 + 16));
-    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+/* q8: quarter qq = bytes [qq DD/4, (qq + 1) DD/4) (d = 128: block qq of 32), each 16-byte
+ * chunk with its block's scale folded in */
+template <int DD = 128> KVQ_HD void kdec_q8(const uint8_t *fs, const uint8_t *fv, int r, int qq, uint32_t kb[DD / 8]) {
+    __half2 s2 = bits2h(0u);
 KVQ_UNROLL
-    for (int i = 0; i < 8; i++)
+    for (int c = 0; c < DD / 64; c++) {
+        const int b0 = qq * (DD / 4) + 16 * c;
+        if (c % 2 == 0) { /* a block of 32 bytes: one scale for two chunks */
+            const uint16_t sbits = *(const uint16_t *)(fs + faddr<2 * (DD / 32)>(r, 2 * (b0 / 32)));
+            s2 = bits2h((uint32_t)sbits * 0x10001u);
+        }
+        const uint4 v = ld128(fv + faddr<DD>(r, b0));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 KVQ_UNROLL
-        for (int p = 0; p < 2; p++) kb[2 * i + p] = h2bits(__hmul2(i8pair(w[i], p), s2));
+        for (int i = 0; i < 4; i++)
+KVQ_UNROLL
+            for (int p = 0; p < 2; p++) kb[8 * c + 2 * i + p] = h2bits(__hmul2(i8pair(w[i], p), s2));
+    }
 }
-KVQ_HD int kcoord_q8(int qq, int reg, int h) { return 32 * qq + 2 * reg + h; }
+template <int DD = 128> KVQ_HD int kcoord_q8(int qq, int reg, int h) { return (DD / 4) * qq + 2 * reg + h; }
 
 /* Scale of token t of a 2-byte scale field (R = 2). */
 KVQ_HD float scale_one(const uint8_t *f, int t) { return hlo((uint32_t) * (const uint16_t *)(f + 2 * t)); }
@@ -103,13 +143,15 @@ KVQ_HD float2 scale_pair(const uint8_t *f, int t) {
     return make_float2(hlo(u), hhi(u));
 }
 
-template <int W> KVQ_HD void kdec_w(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[16]) {
-    if (W == 4) kdec4(f, L, r, qq, lane4, kb);
-    else if (W == 2) kdec2(f, L, r, qq, kb);
+template <int W, int DD = 128>
+KVQ_HD void kdec_w(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[DD / 8]) {
+    static_assert(DD == 128 || W != 1, "1-bit stages: d = 128 only");
+    if constexpr (W == 4) kdec4<DD>(f, L, r, qq, lane4, kb);
+    else if constexpr (W == 2) kdec2<DD>(f, L, r, qq, kb);
     else kdec1(f, L, r, qq, kb);
 }
-template <int W> KVQ_HD int kcoord_w(int qq, int reg, int h) {
-    return W == 4 ? kcoord4(qq, reg, h) : W == 2 ? kcoord2(qq, reg, h) : kcoord1(qq, reg, h);
+template <int W, int DD = 128> KVQ_HD int kcoord_w(int qq, int reg, int h) {
+    return W == 4 ? kcoord4<DD>(qq, reg, h) : W == 2 ? kcoord2<DD>(qq, reg, h) : kcoord1(qq, reg, h);
 }
 
 /* ---- V side: lane (g, qq) decodes coordinates of group g for tokens
@@ -137,37 +179,41 @@ template <int S> KVQ_HD void interleave(uint32_t &x0, uint32_t &x1) {
  * interleaved, so that a byte holds one coordinate of both tokens: its lookup (c[lo], c[hi])
  * is the A register as it is (no byte permutes to pair the tokens). x[2p][j]: low nibbles
  * (coordinate 8g + 4j + b), x[2p + 1][j]: high nibbles (+ 64), byte b of word j. */
-KVQ_HD void interleave4(uint32_t x[4][2]) {
+template <int NWD = 2> KVQ_HD void interleave4(uint32_t x[4][NWD]) {
 KVQ_UNROLL
     for (int pr = 0; pr < 2; pr++)
 KVQ_UNROLL
-        for (int j = 0; j < 2; j++) interleave<4>(x[2 * pr][j], x[2 * pr + 1][j]);
+        for (int j = 0; j < NWD; j++) interleave<4>(x[2 * pr][j], x[2 * pr + 1][j]);
 }
 
-/* One LUT stage of W bits: the lane's code bytes of its 4 tokens. */
-template <int W> struct VStage {
-    uint32_t x[4][W == 4 ? 2 : 1];
+/* One LUT stage of W bits at head dim DD: the lane's code bytes of its 4 tokens (4-bit: DD/16
+ * bytes at g DD/16 of the DD/2; 2-bit: DD/32 bytes at g DD/32 of the DD/4; 1-bit: d = 128). */
+template <int W, int DD = 128> struct VStage {
+    static_assert(DD == 128 || W != 1, "1-bit stages: d = 128 only");
+    static constexpr int NWD = W == 4 ? DD / 64 : W == 2 ? (DD >= 128 ? DD / 128 : 1) : 1;
+    uint32_t x[4][NWD];
     KVQ_HD void load(const uint8_t *f, int g, int qq) {
 KVQ_UNROLL
         for (int k = 0; k < 4; k++) {
             const int t = vtok(qq, k);
-            if (W == 4) {
-                const uint2 v = ld64(f + faddr<D / 2>(t, 8 * g));
-                x[k][0] = v.x;
-                x[k][W == 4 ? 1 : 0] = v.y;
-            } else if (W == 2) {
-                x[k][0] = ld32(f + faddr<D / 4>(t, 4 * g));
+            if constexpr (W == 4) {
+                ldw<DD / 16>(f + faddr<DD / 2>(t, (DD / 16) * g), x[k]);
+            } else if constexpr (W == 2) {
+                if constexpr (DD == 64) x[k][0] = *(const uint16_t *)(f + faddr<DD / 4>(t, 2 * g));
+                else ldw<DD / 32>(f + faddr<DD / 4>(t, (DD / 32) * g), x[k]);
             } else {
                 x[k][0] = *(const uint16_t *)(f + faddr<D / 8>(t, 2 * g));
             }
         }
-        if constexpr (W == 4) interleave4(x);
-        if (W == 2) {
+        if constexpr (W == 4) interleave4<NWD>(x);
+        if constexpr (W == 2) {
             /* 2-bit: as the 4-bit codes, a nibble holds one coordinate of both tokens (code of k0
              * in its low two bits): its lookup (c[lo], c[hi]) is the A register. x[2p]: even
              * fields (coordinate of mt's low half), x[2p + 1]: odd fields, nibble mt. */
 KVQ_UNROLL
-            for (int pr = 0; pr < 2; pr++) interleave<2>(x[2 * pr][0], x[2 * pr + 1][0]);
+            for (int pr = 0; pr < 2; pr++)
+KVQ_UNROLL
+                for (int j = 0; j < NWD; j++) interleave<2>(x[2 * pr][j], x[2 * pr + 1][j]);
         }
     }
     KVQ_HD void decode(const uint8_t *L, int lane4, int mt, uint32_t a[4]) const {
@@ -183,7 +229,7 @@ KVQ_UNROLL
         } else if constexpr (W == 2) {
             /* the interleaved words (load): a0 = x[0] (row g; k0, k1), a1 = x[1] (row g + 8), a2, a3: k2, k3 */
 KVQ_UNROLL
-            for (int i = 0; i < 4; i++) a[i] = lut2(L, (x[i][0] >> (4 * mt)) & 15u);
+            for (int i = 0; i < 4; i++) a[i] = lut2(L, (x[i][mt >> 3] >> (4 * (mt & 7))) & 15u);
         } else {
             uint32_t u[4];
 KVQ_UNROLL
@@ -195,9 +241,9 @@ KVQ_UNROLL
         }
     }
 };
-template <int W> KVQ_HD int vcoord_w(int g, int mt, int rh) {
-    return W == 4 ? 8 * g + mt + 64 * rh
-         : W == 2 ? 4 * g + mt / 2 + 32 * (2 * (mt % 2) + rh)
+template <int W, int DD = 128> KVQ_HD int vcoord_w(int g, int mt, int rh) {
+    return W == 4 ? (DD / 16) * g + mt + (DD / 2) * rh
+         : W == 2 ? (DD / 32) * g + mt / 2 + (DD / 4) * (2 * (mt % 2) + rh)
                   : (2 * g + mt / 4) + (D / 8) * (4 * ((mt / 2) % 2) + 2 * (mt % 2) + rh);
 }
 

@@ -27,10 +27,10 @@
 namespace kvqa {
 
 template <class KF, class VF, int NW, int STAGES, bool WIN>
-__global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) attn_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <= 128) ? 2 : 1) attn_kernel(const AttnParams p) {
     extern __shared__ uint4 smem_u4[];
     uint8_t *smem = (uint8_t *)smem_u4;
-    constexpr int TILE = Traits<KF, VF>::TILE;
+    constexpr int TILE = Traits<KF, VF>::TILE, D = KF::HD; /* head dim 64, 128 or 256 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3, lane4 = lane * 4;
     const Item it = block_item(p);
     const int s = it.s, h = it.h;
@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
             const int tile = t_begin + warp + i * NW;
             const int pos0 = tile * 16, nvalid = min(16, end_pos - pos0);
             if (WIN) {
-                load_window(dst, ring_k, p.W, pos_base + pos0, nvalid, lane);
-                load_window(dst + 16 * KF::BYTES, ring_v, p.W, pos_base + pos0, nvalid, lane);
+                load_window<D>(dst, ring_k, p.W, pos_base + pos0, nvalid, lane);
+                load_window<D>(dst + 16 * KF::BYTES, ring_v, p.W, pos_base + pos0, nvalid, lane);
             } else {
                 const unsigned long long pgoff = __shfl_sync(KVQ_FULL_MASK, my_pgoff, i & 31);
                 const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);
@@ -117,11 +117,11 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1) ? 2 : 1) at
         float sc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int stg = 0; stg < KF::NSTAGE; stg++) {
-            uint32_t kb0[16], kb1[16];
+            uint32_t kb0[D / 8], kb1[D / 8];
             KF::decode(tk, stg, lut, p, g, qq, lane4, kb0);
             KF::decode(tk, stg, lut, p, 8 + g, qq, lane4, kb1);
             float a[4];
-            kmma_t(a, qa[KF::qset(stg)], kb0, kb1);
+            kmma_t<D>(a, qa[KF::qset(stg)], kb0, kb1);
             const float g0 = KF::kscale1(tk, stg, g, p), g1 = KF::kscale1(tk, stg, g + 8, p);
             sc[0] += g0 * a[0];
             sc[1] += g0 * a[1];

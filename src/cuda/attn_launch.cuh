@@ -125,6 +125,39 @@ inline int chunk_tiles(int tiles, long long items, int slots, int nw, bool wide)
         using namespace kvqa;                                                                                 \
         return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
     }
+/* Head dims 64 and 256 (issue 17): the classic kernel for K and V in f16, q8, tq-mse:2, tq-mse:4
+ * (16 pairs a head dim; attn_k_d64.cu; d = 256 instantiates and runs wrong, not built: attn.cu) and the f16 window. */
+namespace kvqa {
+template <int DD> using KTQ2 = KTQ<2, DD>;
+template <int DD> using KTQ4 = KTQ<4, DD>;
+template <int DD> using VTQ2 = VTQ<2, DD>;
+template <int DD> using VTQ4 = VTQ<4, DD>;
+} /* namespace kvqa */
+#define KVQ_ATTN_KD_FORMATS(X, DD) X(DD, F16, KF16T<DD>) X(DD, Q8, KQ8T<DD>) X(DD, TQ2, KTQ2<DD>) X(DD, TQ4, KTQ4<DD>)
+#define KVQ_ATTN_VD_FORMATS(X, DD, KN, KT) \
+    X(DD, KN, KT, F16, VF16T<DD>) X(DD, KN, KT, Q8, VQ8T<DD>) X(DD, KN, KT, TQ2, VTQ2<DD>) X(DD, KN, KT, TQ4, VTQ4<DD>)
+#define KVQ_ATTN_DECLD_ONE(DD, KN, KT, VN, VT)                                                                   \
+    int kvq_attn_launch_d##DD##_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, \
+                                            int *occ);
+#define KVQ_ATTN_DEFD_ONE(DD, KN, KT, VN, VT)                                                                    \
+    int kvq_attn_launch_d##DD##_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, \
+                                            int *occ) {                                                           \
+        using namespace kvqa;                                                                                     \
+        return launch<KT, VT>(p, go, st, nw, smem, occ);                                                          \
+    }
+#define KVQ_ATTN_DECLD_K(DD, KN, KT) KVQ_ATTN_VD_FORMATS(KVQ_ATTN_DECLD_ONE, DD, KN, KT)
+#define KVQ_ATTN_DEFD_K(DD, KN, KT) KVQ_ATTN_VD_FORMATS(KVQ_ATTN_DEFD_ONE, DD, KN, KT)
+/* The f16 window pass at head dim DD (the classic kernel on the rings); do_launch = 0 only sets it up. */
+template <int DD> int launch_window_d(const kvqa::AttnParams &p, int do_launch, cudaStream_t st) {
+    using namespace kvqa;
+    typedef Traits<KF16T<DD>, VF16T<DD>> C;
+    const int smem = p.lut_bytes + C::SMEM;
+    auto k = attn_kernel<KF16T<DD>, VF16T<DD>, C::NW, C::STAGES, true>;
+    if (!do_launch) return configure(k, C::NW * 32, smem, nullptr);
+    return launch_kernel(k, dim3(1, p.H * p.QG, p.n_seq), dim3(C::NW * 32), smem, st, false, p);
+}
+int kvq_attn_launch_window_d64(const kvqa::AttnParams &p, int do_launch, cudaStream_t st);
+
 /* The generic kernel at head dim p.d (attn_gen.cu: 32, 64, 96, 128, 256; else
  * KVQ_ERR_UNSUPPORTED_DIM), smem bytes of dynamic shared memory (kvqa::gen_smem_floats); do_launch = 0
  * only sets it up and reports the resident blocks per SM (occ). p.gen_win: the window pass. */

@@ -14,7 +14,12 @@
 namespace kvqa {
 
 template <int R> __host__ __device__ __forceinline__ int swz(int t) {
-    return R == 32 ? ((t >> 2) & 1) << 1 : R == 64 ? (t & 6) : R == 128 ? (t & 7) : R == 256 ? ((t & 6) ^ ((t & 1) << 2)) : 0;
+    return R == 32    ? ((t >> 2) & 1) << 1
+         : R == 64    ? (t & 6)
+         : R == 128   ? (t & 7)
+         : R == 256   ? ((t & 6) ^ ((t & 1) << 2))
+         : R == 512   ? (t & 7) /* f16 rows at d = 256 */
+                      : 0;
 }
 /* Byte offset of byte b (a read never crosses 16 bytes) of token t in a field region of R bytes per token. */
 template <int R> __host__ __device__ __forceinline__ int faddr(int t, int b) {
@@ -42,14 +47,15 @@ __device__ __forceinline__ void load_record_fields(uint8_t *dst, const uint8_t *
     }
 }
 
-/* f16 rows of the window ring: token t of the tile at ring slot (pos0 + t) % W */
-__device__ __forceinline__ void load_window(uint8_t *dst, const uint8_t *ring, int W, int pos0, int nvalid, int lane) {
+/* f16 rows (head dim DD) of the window ring: token t of the tile at ring slot (pos0 + t) % W */
+template <int DD = 128> __device__ __forceinline__ void load_window(uint8_t *dst, const uint8_t *ring, int W, int pos0, int nvalid, int lane) {
+    constexpr int CPT = 2 * DD / 16; /* 16-byte chunks a row */
 #pragma unroll 1
-    for (int c = lane; c < 16 * 16; c += 32) {
-        const int tok = c >> 4, cc = c & 15;
+    for (int c = lane; c < 16 * CPT; c += 32) {
+        const int tok = c / CPT, cc = c % CPT;
         const uint8_t *src = ring;
-        if (tok < nvalid) src = ring + (size_t)((pos0 + tok) % W) * (2 * D) + 16 * cc;
-        kvq_cp_async16(dst + 16 * (c ^ swz<2 * D>(tok)), src, tok < nvalid ? 16 : 0);
+        if (tok < nvalid) src = ring + (size_t)((pos0 + tok) % W) * (2 * DD) + 16 * cc;
+        kvq_cp_async16(dst + 16 * (c ^ swz<2 * DD>(tok)), src, tok < nvalid ? 16 : 0);
     }
 }
 

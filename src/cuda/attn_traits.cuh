@@ -16,49 +16,51 @@ namespace kvqa {
  * set of D values scored on query set qset(stage) (offset qoff(set) in the
  * prepared query; coordinate map kcoord(set, ...)) and multiplied by
  * kscale(stage) per token after the MMA. */
-struct KF16 {
-    static constexpr int NF = 1, BYTES = 2 * D, NQS = 1, NSTAGE = 1;
-    static constexpr int SIZE[1] = {2 * D}, OFF[1] = {0};
+/* The formats of F16, Q8 and tq-mse:2/4 take the head dim DD (64, 128, 256; issue 17); the
+ * others are d = 128 only. HD: the format's head dim (the kernels' D). */
+template <int DD> struct KF16T {
+    static constexpr int HD = DD, NF = 1, BYTES = 2 * DD, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[1] = {2 * DD}, OFF[1] = {0};
     KVQ_HD static constexpr int qoff(int) { return 0; }
     KVQ_HD static constexpr int qset(int) { return 0; }
     KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_f16(qq, reg, h); }
     KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *, const AttnParams &, int r, int qq, int,
-                              uint32_t kb[16]) {
-        kdec_f16(t, r, qq, kb);
+                              uint32_t kb[DD / 8]) {
+        kdec_f16<DD>(t, r, qq, kb);
     }
     KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
     KVQ_HD static float kscale1(const uint8_t *, int, int, const AttnParams &) { return 1.f; }
 };
-struct KQ8 {
-    static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NQS = 1, NSTAGE = 1;
-    static constexpr int SIZE[2] = {2 * (D / 32), D}, OFF[2] = {0, 2 * (D / 32)};
+template <int DD> struct KQ8T {
+    static constexpr int HD = DD, NF = 2, BYTES = 2 * (DD / 32) + DD, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2 * (DD / 32), DD}, OFF[2] = {0, 2 * (DD / 32)};
     KVQ_HD static constexpr int qoff(int) { return 0; }
     KVQ_HD static constexpr int qset(int) { return 0; }
-    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_q8(qq, reg, h); }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_q8<DD>(qq, reg, h); }
     KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *, const AttnParams &, int r, int qq, int,
-                              uint32_t kb[16]) {
-        kdec_q8(t, t + 16 * (2 * (D / 32)), r, qq, kb);
+                              uint32_t kb[DD / 8]) {
+        kdec_q8<DD>(t, t + 16 * (2 * (DD / 32)), r, qq, kb);
     }
     KVQ_HD static float2 kscale(const uint8_t *, int, int, const AttnParams &) { return make_float2(1.f, 1.f); }
     KVQ_HD static float kscale1(const uint8_t *, int, int, const AttnParams &) { return 1.f; }
 };
 /* tq-mse:W */
-template <int W> struct KTQ {
-    static constexpr int NF = 2, BYTES = 2 + D * W / 8, NQS = 1, NSTAGE = 1;
-    static constexpr int SIZE[2] = {2, D * W / 8}, OFF[2] = {0, 2};
+template <int W, int DD = 128> struct KTQ {
+    static constexpr int HD = DD, NF = 2, BYTES = 2 + DD * W / 8, NQS = 1, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, DD * W / 8}, OFF[2] = {0, 2};
     KVQ_HD static constexpr int qoff(int) { return 0; }
     KVQ_HD static constexpr int qset(int) { return 0; }
-    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_w<W>(qq, reg, h); }
+    KVQ_HD static int kcoord(int, int qq, int reg, int h) { return kcoord_w<W, DD>(qq, reg, h); }
     KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &p, int r, int qq, int lane4,
-                              uint32_t kb[16]) {
-        kdec_w<W>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
+                              uint32_t kb[DD / 8]) {
+        kdec_w<W, DD>(t + 16 * 2, lut + p.klut[0], r, qq, lane4, kb);
     }
     KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &) { return scale_pair(t, t0); }
     KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &) { return scale_one(t, tok); }
 };
 /* rvq:W: two tq stages on the same rotated query */
 template <int W> struct KRVQ {
-    static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NQS = 1, NSTAGE = 2;
+    static constexpr int HD = D, NF = 4, BYTES = 4 + 2 * (D * W / 8), NQS = 1, NSTAGE = 2;
     static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
     KVQ_HD static constexpr int qoff(int) { return 0; }
     KVQ_HD static constexpr int qset(int) { return 0; }
@@ -76,7 +78,7 @@ template <int W> struct KRVQ {
 };
 /* tq-prod: tq-mse:W stage on q~ + QJL signs of the residual on S q~ */
 template <int W> struct KTP {
-    static constexpr int NF = 4, BYTES = 4 + D * W / 8 + D / 8, NQS = 2, NSTAGE = 2;
+    static constexpr int HD = D, NF = 4, BYTES = 4 + D * W / 8 + D / 8, NQS = 2, NSTAGE = 2;
     static constexpr int SIZE[4] = {2, D * W / 8, 2, D / 8}, OFF[4] = {0, 2, 2 + D * W / 8, 4 + D * W / 8};
     KVQ_HD static constexpr int qoff(int set) { return set ? D : 0; }
     KVQ_HD static constexpr int qset(int st) { return st; }
@@ -100,7 +102,7 @@ template <int W> struct KTP {
 };
 /* qjl: signs of S k on S q */
 struct KQJL {
-    static constexpr int NF = 2, BYTES = 2 + D / 8, NQS = 1, NSTAGE = 1;
+    static constexpr int HD = D, NF = 2, BYTES = 2 + D / 8, NQS = 1, NSTAGE = 1;
     static constexpr int SIZE[2] = {2, D / 8}, OFF[2] = {0, 2};
     KVQ_HD static constexpr int qoff(int) { return D; }
     KVQ_HD static constexpr int qset(int) { return 0; }
@@ -122,19 +124,20 @@ struct KQJL {
 /* Each: NSTAGE stages; load() reads the lane's codes once per tile,
  * decode() gives the A fragment of m-tile mt of a stage, vscale() the
  * per-token scale folded into P for that stage. */
-struct VF16 {
-    static constexpr int NF = 1, BYTES = 2 * D, NSTAGE = 1;
-    static constexpr int SIZE[1] = {2 * D}, OFF[1] = {0};
-    KVQ_HD static int vcoord(int g, int mt, int rh) { return (mt < 4 ? 8 * g + 2 * mt : 64 + 8 * g + 2 * (mt - 4)) + rh; }
+/* f16: lane (g, qq) takes the 16-byte chunks g + 8j (j < DD/64) of its tokens */
+template <int DD> struct VF16T {
+    static constexpr int HD = DD, NF = 1, BYTES = 2 * DD, NSTAGE = 1;
+    static constexpr int SIZE[1] = {2 * DD}, OFF[1] = {0};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return 8 * (g + 8 * (mt >> 2)) + 2 * (mt & 3) + rh; }
     struct Regs {
-        uint4 x[4][2];
+        uint4 x[4][DD / 64];
     };
     KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) {
 KVQ_UNROLL
         for (int k = 0; k < 4; k++) {
             const int tk = vtok(qq, k);
-            r.x[k][0] = ld128(t + faddr<2 * D>(tk, 16 * g));
-            r.x[k][1] = ld128(t + faddr<2 * D>(tk, 16 * (g + 8)));
+KVQ_UNROLL
+            for (int j = 0; j < DD / 64; j++) r.x[k][j] = ld128(t + faddr<2 * DD>(tk, 16 * (g + 8 * j)));
         }
     }
     KVQ_HD static void decode(const Regs &r, int, const uint8_t *, const AttnParams &, int, int mt, uint32_t a[4]) {
@@ -150,42 +153,39 @@ KVQ_UNROLL
     KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
     KVQ_HD static float vscale1(const uint8_t *, int, int) { return 1.f; }
 };
-struct VQ8 {
-    static constexpr int NF = 2, BYTES = 2 * (D / 32) + D, NSTAGE = 1;
-    static constexpr int SIZE[2] = {2 * (D / 32), D}, OFF[2] = {0, 2 * (D / 32)};
-    KVQ_HD static int vcoord(int g, int mt, int rh) { return 16 * g + 2 * mt + rh; }
+/* q8: lane (g, qq) takes bytes [g DD/8, (g + 1) DD/8) of its tokens (one scale block) */
+template <int DD> struct VQ8T {
+    static constexpr int HD = DD, NF = 2, BYTES = 2 * (DD / 32) + DD, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2 * (DD / 32), DD}, OFF[2] = {0, 2 * (DD / 32)};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return (DD / 8) * g + 2 * mt + rh; }
     struct Regs {
-        uint4 x[4];
+        uint32_t x[4][DD / 32];
         __half2 s[4];
     };
     KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool val[2][2], Regs &r) {
 KVQ_UNROLL
         for (int k = 0; k < 4; k++) {
             const int tk = vtok(qq, k);
-            r.x[k] = ld128(t + 16 * (2 * (D / 32)) + faddr<D>(tk, 16 * g));
-            const uint16_t sb = *(const uint16_t *)(t + faddr<2 * (D / 32)>(tk, 2 * (g >> 1)));
+            ldf<DD, DD / 8>(t + 16 * (2 * (DD / 32)), tk, (DD / 8) * g, r.x[k]);
+            const uint16_t sb = *(const uint16_t *)(t + faddr<2 * (DD / 32)>(tk, 2 * ((DD / 8) * g / 32)));
             r.s[k] = bits2h(val[k >> 1][k & 1] ? (uint32_t)sb * 0x10001u : 0u);
         }
     }
     KVQ_HD static void decode(const Regs &r, int, const uint8_t *, const AttnParams &, int, int mt, uint32_t a[4]) {
         uint32_t u[4];
 KVQ_UNROLL
-        for (int k = 0; k < 4; k++) {
-            const int wi = mt >> 1;
-            const uint32_t w = wi == 0 ? r.x[k].x : wi == 1 ? r.x[k].y : wi == 2 ? r.x[k].z : r.x[k].w;
-            u[k] = h2bits(__hmul2(i8pair(w, mt & 1), r.s[k]));
-        }
+        for (int k = 0; k < 4; k++) u[k] = h2bits(__hmul2(i8pair(r.x[k][mt >> 1], mt & 1), r.s[k]));
         vpack(a, u[0], u[1], u[2], u[3]);
     }
     KVQ_HD static float2 vscale(const uint8_t *, int, int) { return make_float2(1.f, 1.f); }
     KVQ_HD static float vscale1(const uint8_t *, int, int) { return 1.f; }
 };
-template <int W> struct VTQ {
-    static constexpr int NF = 2, BYTES = 2 + D * W / 8, NSTAGE = 1;
-    static constexpr int SIZE[2] = {2, D * W / 8}, OFF[2] = {0, 2};
-    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W>(g, mt, rh); }
+template <int W, int DD = 128> struct VTQ {
+    static constexpr int HD = DD, NF = 2, BYTES = 2 + DD * W / 8, NSTAGE = 1;
+    static constexpr int SIZE[2] = {2, DD * W / 8}, OFF[2] = {0, 2};
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W, DD>(g, mt, rh); }
     struct Regs {
-        VStage<W> st;
+        VStage<W, DD> st;
     };
     KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) { r.st.load(t + 16 * 2, g, qq); }
     KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &p, int lane4, int mt,
@@ -196,7 +196,7 @@ template <int W> struct VTQ {
     KVQ_HD static float vscale1(const uint8_t *t, int, int tok) { return scale_one(t, tok); }
 };
 template <int W> struct VRVQ {
-    static constexpr int NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;
+    static constexpr int HD = D, NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;
     static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
     KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord_w<W>(g, mt, rh); }
     struct Regs {
@@ -215,10 +215,17 @@ template <int W> struct VRVQ {
     KVQ_HD static float vscale1(const uint8_t *t, int stg, int tok) { return scale_one(t + 16 * 2 * stg, tok); }
 };
 
+using KF16 = KF16T<128>;
+using KQ8 = KQ8T<128>;
+using VF16 = VF16T<128>;
+using VQ8 = VQ8T<128>;
+
 /* ---- tile shapes ------------------------------------------------------------ */
 /* The classic kernel for a (K, V) pair: 16-token tiles of TILE bytes, NW warps, STAGES deep
  * (each warp its own stages); the block merge reuses the stage region. */
 template <class KF, class VF> struct Traits {
+    static_assert(KF::HD == VF::HD, "K and V of one head dim");
+    static constexpr int D = KF::HD;
     static constexpr int TILE = 16 * (KF::BYTES + VF::BYTES);
     static constexpr int NW = TILE <= 2560 ? 8 : 4;
     static constexpr int STAGES = NW * 4 * TILE <= 80 * 1024 ? 4 : 3;
