@@ -100,7 +100,10 @@ typedef struct kvq_model_info {
     int has_chat_template;    /* tokenizer.chat_template present (an instruct model) */
     int add_bos;              /* kvq_tokenize(add_special = 1) starts with BOS */
     int32_t bos, eos;         /* special tokens (-1 if none) */
-    uint64_t n_weight_bytes;  /* all weight tensors */
+    uint64_t n_weight_bytes;  /* all weight tensors (coded ones at their coded size) */
+    int n_coded;              /* tensors computed from kvq codes (kvq_model_quantize_weights) */
+    double coded_bits;        /* their bits per weight, every stored byte counted (0 if none) */
+    char weights_spec[64];    /* their spec ("" if none) */
     int type_count[KVQ_GGML_TYPE_SLOTS]; /* tensors per ggml type id (last slot: ids >= 63) */
 } kvq_model_info;
 
@@ -115,6 +118,24 @@ typedef struct kvq_model_info {
 KVQ_API int kvq_model_load(kvq_model **out, const char *path, char *err, size_t err_cap);
 KVQ_API void kvq_model_free(kvq_model *m);
 KVQ_API int kvq_model_get_info(const kvq_model *m, kvq_model_info *out);
+/*
+ * Re-codes the model's weight matrices with a kvq codec, in memory (issue 16;
+ * docs/METHODS.md "Weights"): spec "METHOD[@B]" is a codec spec that can
+ * reconstruct (tq-mse:4, tq-mse:3+chscale, q8, ...) and B the values per
+ * rotated block of a row (default: the largest power of two <= 256 dividing
+ * the row). Each row's block is one codec record; products are computed on
+ * the codes (the activation block rotated once, then the codec's fused
+ * score). Tensors whose name contains one of the comma-separated items of
+ * keep stay as stored (NULL: KVQ_WEIGHTS_KEEP_DEFAULT; "none": code them
+ * all). seed: the plans' rotations. Call before creating sessions. Errors
+ * (reason naming the tensor in err, model unchanged): KVQ_ERR_INVALID_ARG
+ * (a block that does not divide a row, weights already coded), the codec's
+ * errors for the spec (KVQ_ERR_NO_DECODE for key-only methods),
+ * KVQ_ERR_NOMEM.
+ */
+#define KVQ_WEIGHTS_KEEP_DEFAULT "token_embd,output"
+KVQ_API int kvq_model_quantize_weights(kvq_model *m, const char *spec, const char *keep, uint64_t seed,
+                                       kvq_pool *pool, char *err, size_t err_cap);
 /* The sliding window of a layer (0: global attention), -1 if layer is out of range. */
 KVQ_API int kvq_model_layer_window(const kvq_model *m, int layer);
 /* The model's file (for metadata and tensors). */

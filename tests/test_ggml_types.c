@@ -342,7 +342,7 @@ static void test_matmul(tu_rng *r) {
         size_t rb = kvq_ggml_row_bytes(types[m], cols);
         wdata[m] = malloc(rb * (size_t)rows[m]);
         for (int64_t i = 0; i < rows[m]; i++) random_row(r, types[m], cols, wdata[m] + rb * (size_t)i);
-        W[m] = (kvq_ggml_matrix){wdata[m], types[m], rows[m], cols, rb};
+        W[m] = (kvq_ggml_matrix){wdata[m], types[m], rows[m], cols, rb, NULL};
     }
     const int64_t ntoks[] = {1, 3, 9};
     kvq_pool *pool = NULL;

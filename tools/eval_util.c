@@ -47,9 +47,71 @@ int eval_env_open(eval_env *e, const char *tool, const char *model_path, int thr
 
 void eval_env_close(eval_env *e) {
     kvq_pool_free(e->pool);
+    if (e->m_test != e->m) kvq_model_free(e->m_test);
     kvq_model_free(e->m);
     e->pool = NULL;
-    e->m = NULL;
+    e->m = e->m_test = NULL;
+}
+
+int eval_env_weights(eval_env *e, const eval_common *c, int separate) {
+    e->m_test = e->m;
+    e->info_test = e->info;
+    if (c->test_model && !separate) {
+        fprintf(stderr, "kvq %s: --test-model is a kvq kld option\n", e->tool);
+        return -1;
+    }
+    if (!c->weights && !c->test_model) {
+        if (c->keep) { fprintf(stderr, "kvq %s: --keep needs --weights\n", e->tool); return -1; }
+        return 0;
+    }
+    kvq_model *t = e->m;
+    if (separate) {
+        char err[256] = "";
+        const char *path = c->test_model ? c->test_model : e->model_path;
+        int rc = kvq_model_load(&t, path, err, sizeof err);
+        if (rc) { fprintf(stderr, "kvq %s: %s\n", e->tool, err[0] ? err : kvq_strerror(rc)); return -1; }
+        kvq_model_info ti;
+        kvq_model_get_info(t, &ti);
+        if (ti.n_vocab != e->info.n_vocab || ti.n_layers != e->info.n_layers || ti.n_embd != e->info.n_embd) {
+            fprintf(stderr, "kvq %s: --test-model %s is not the same model shape as %s (vocab %d/%d, layers %d/%d)\n",
+                    e->tool, path, e->model_path, ti.n_vocab, e->info.n_vocab, ti.n_layers, e->info.n_layers);
+            kvq_model_free(t);
+            return -1;
+        }
+    }
+    double t0 = tool_now();
+    if (tool_code_weights(t, c->weights, c->keep, e->pool, e->tool, 0)) {
+        if (t != e->m) kvq_model_free(t);
+        return -1;
+    }
+    e->weights_seconds = tool_now() - t0;
+    e->m_test = t;
+    e->test_path = c->test_model;
+    kvq_model_get_info(t, &e->info_test);
+    if (!separate) e->info = e->info_test;
+    return 0;
+}
+
+void eval_weights_desc(const eval_env *e, char *buf, size_t cap) {
+    const kvq_model_info *t = &e->info_test;
+    int n = 0;
+    buf[0] = 0;
+    if (e->test_path) n = snprintf(buf, cap, ", tested on %s", eval_basename(e->test_path));
+    if (t->n_coded && n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", weights %s (%.3f bits per weight, %d tensors)", t->weights_spec,
+                 t->coded_bits, t->n_coded);
+}
+
+void eval_json_weights(FILE *f, const eval_env *e) {
+    const kvq_model_info *t = &e->info_test;
+    fprintf(f, ",\"weights\":");
+    if (t->n_coded) eval_json_str(f, t->weights_spec);
+    else fprintf(f, "null");
+    fprintf(f, ",\"weights_bits\":");
+    eval_json_num(f, t->n_coded ? t->coded_bits : NAN);
+    fprintf(f, ",\"weight_bytes\":%llu,\"test_model\":", (unsigned long long)t->n_weight_bytes);
+    if (e->test_path) eval_json_str(f, eval_basename(e->test_path));
+    else fprintf(f, "null");
 }
 
 int eval_model_has_chat(const eval_env *e) {
@@ -155,6 +217,8 @@ void eval_common_init(eval_common *c) {
     c->rows[r++] = (tool_opt){.names = "--seed", .kind = TOOL_ARG_U64, .dst = &c->seed};
     c->rows[r++] = (tool_opt){.names = "--json", .kind = TOOL_ARG_SET, .dst = &c->json};
     c->rows[r++] = (tool_opt){.names = "--policies", .kind = TOOL_ARG_FN, .fn = on_policies, .user = c};
+    c->rows[r++] = (tool_opt){.names = "--weights", .kind = TOOL_ARG_STR, .dst = &c->weights};
+    c->rows[r++] = (tool_opt){.names = "--keep", .kind = TOOL_ARG_STR, .dst = &c->keep};
     c->rows[r++] = (tool_opt)TOOL_OPT_NGL;
     c->rows[r] = (tool_opt){0};
 }
@@ -188,7 +252,8 @@ void eval_common_usage(FILE *f) {
             "  --acts q8|f32          activations of quantized-weight products (default q8)\n"
             "  --seed S               cache rotation seed (default 0)\n"
             "  --json                 one JSON object per result on stdout (flushed per line)\n"
-            "  -ngl N                 refused: kvq's engine runs on the CPU (GPUs: the Python/PyTorch integration)\n");
+            "  -ngl N                 refused: kvq's engine runs on the CPU (GPUs: the Python/PyTorch integration)\n"
+            TOOL_WEIGHTS_USAGE);
     tool_policy_args_usage(f);
 }
 
@@ -197,6 +262,11 @@ void eval_common_usage(FILE *f) {
 /* ------------------------------------------------------------------------ */
 int eval_session(const eval_env *e, tool_policy *p, int n_batch, int f32_acts, uint64_t seed, kvq_attn_hook hook,
                  void *hook_user, kvq_session **out) {
+    return eval_session_on(e, e->m, p, n_batch, f32_acts, seed, hook, hook_user, out);
+}
+
+int eval_session_on(const eval_env *e, const kvq_model *m, tool_policy *p, int n_batch, int f32_acts, uint64_t seed,
+                    kvq_attn_hook hook, void *hook_user, kvq_session **out) {
     kvq_session_params sp = kvq_session_default_params();
     char err[256] = "";
     if (tool_policy_session_params(p, e->info.n_layers, &sp, err, sizeof err)) {
@@ -208,7 +278,7 @@ int eval_session(const eval_env *e, tool_policy *p, int n_batch, int f32_acts, u
     sp.seed = seed;
     sp.attn_hook = hook;
     sp.attn_hook_user = hook_user;
-    int rc = kvq_session_create(out, e->m, &sp, e->pool);
+    int rc = kvq_session_create(out, m, &sp, e->pool);
     if (rc) {
         char name[TOOL_POLICY_NAME];
         tool_policy_name(p, name, sizeof name);

@@ -27,6 +27,10 @@ typedef struct eval_env {
     int threads;
     int add_bos;            /* 1 if the tokenizer adds BOS to a text */
     char model_buf[4096];   /* default model path */
+    kvq_model *m_test;      /* what tested sessions run on (eval_env_weights): m, or a second copy owned here */
+    kvq_model_info info_test;
+    const char *test_path;  /* --test-model (NULL: none) */
+    double weights_seconds; /* coding the weights took */
 } eval_env;
 
 /* Loads the model (default model when path is NULL), its tokenizer and a pool.
@@ -72,7 +76,10 @@ typedef struct eval_common {
     int single_set;           /* a policy option was given */
     tool_policy list[EVAL_MAX_POLICIES];
     int n_list;               /* from --policies */
-    tool_opt rows[10];
+    const char *weights;      /* --weights SPEC: weights coded with kvq (NULL: as stored) */
+    const char *keep;         /* --keep TENSORS (NULL: KVQ_WEIGHTS_KEEP_DEFAULT) */
+    const char *test_model;   /* --test-model PATH (kld only: tested sessions on another GGUF) */
+    tool_opt rows[14];
 } eval_common;
 
 void eval_common_init(eval_common *c);
@@ -86,9 +93,26 @@ int eval_common_policies(const eval_common *c, tool_policy *out, int max);
 /* Help text of the common options. */
 void eval_common_usage(FILE *f);
 
-/* A session for one policy; prints the reason and returns an error code. */
+/*
+ * The weights of the tested sessions (--weights, --keep, --test-model):
+ * separate = 0 codes e->m itself (ppl, needle, gen-check: every session
+ * tests the coded weights); separate = 1 (kld) loads a second model
+ * (--test-model, else -m again) and codes that one, so that the base runs
+ * on the weights as stored. Sets e->m_test (e->m when nothing was asked).
+ * Prints the reason and returns -1 on failure.
+ */
+int eval_env_weights(eval_env *e, const eval_common *c, int separate);
+/* One line about the tested weights for the banner ("" when as stored). */
+void eval_weights_desc(const eval_env *e, char *buf, size_t cap);
+/* JSON fields "weights","weights_bits","test_model" (leading comma). */
+void eval_json_weights(FILE *f, const eval_env *e);
+
+/* A session for one policy on e->m; prints the reason and returns an error code. */
 int eval_session(const eval_env *e, tool_policy *p, int n_batch, int f32_acts, uint64_t seed, kvq_attn_hook hook,
                  void *hook_user, kvq_session **out);
+/* The same on another model (e->m_test). */
+int eval_session_on(const eval_env *e, const kvq_model *m, tool_policy *p, int n_batch, int f32_acts, uint64_t seed,
+                    kvq_attn_hook hook, void *hook_user, kvq_session **out);
 
 /* Bits per value of a policy's K and V methods at the model's head dim (the
  * plans' bits: codes + scales), and their mean. -1 on a bad spec. */

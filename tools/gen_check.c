@@ -158,6 +158,7 @@ static void print_summary(FILE *f, const eval_env *e, int n, const pol_state *ps
     }
     fprintf(f, "{\"tool\":\"gen-check\",\"record\":\"summary\",\"model\":");
     eval_json_str(f, eval_basename(e->model_path));
+    eval_json_weights(f, e);
     fprintf(f, ",");
     tool_policy_json(&ps->pol, f);
     fprintf(f, ",\"n\":%d,\"chat\":%s,\"prompts\":[", n, chat ? "true" : "false");
@@ -208,6 +209,7 @@ int cmd_gen_check(int argc, char **argv) {
 
     eval_env e;
     if (eval_env_open(&e, "gen-check", co.model, co.threads)) return 1;
+    if (eval_env_weights(&e, &co, 0)) { eval_env_close(&e); return 1; }
     if (chat < 0) chat = eval_model_has_chat(&e);
     int ret = 1, rc = 0;
     float *logits = malloc(sizeof(float) * (size_t)e.info.n_vocab);
@@ -274,6 +276,7 @@ int cmd_gen_check(int argc, char **argv) {
             if (co.json && per_prompt) {
                 printf("{\"tool\":\"gen-check\",\"record\":\"prompt\",\"model\":");
                 eval_json_str(stdout, eval_basename(e.model_path));
+                eval_json_weights(stdout, &e);
                 printf(",");
                 tool_policy_json(&ps[p].pol, stdout);
                 printf(",\"n\":%d,\"prompt\":%d,\"generated\":%d,\"stop\":\"%s\",\"coherent\":%d,\"diverge\":", n, i,

@@ -40,7 +40,10 @@ static void usage(FILE *f) {
             "  --no-layers            do not measure per-layer attention errors\n"
             "  --isolate              for each policy, one run per compressed layer with every other\n"
             "                         layer in f16: the KLD each layer costs on its own and its\n"
-            "                         attention error without errors propagated from earlier layers\n");
+            "                         attention error without errors propagated from earlier layers\n"
+            "  --test-model PATH      the tested sessions run on another GGUF of the same model (e.g. its\n"
+            "                         weights re-quantized); the base runs on -m. With --weights the\n"
+            "                         tested sessions run on coded weights (of --test-model, else -m)\n");
     eval_common_usage(f);
 }
 
@@ -145,6 +148,7 @@ static void print_json(FILE *f, const char *record, const run_info *ri, int wind
     eval_mean_se(ri->nll_base, ps->n, &nllb, &nllb_se);
     fprintf(f, "{\"tool\":\"kld\",\"record\":\"%s\",\"model\":", record);
     eval_json_str(f, eval_basename(ri->e->model_path));
+    eval_json_weights(f, ri->e);
     fprintf(f, ",\"text\":");
     eval_json_str(f, eval_basename(ri->text));
     fprintf(f, ",\"ctx\":%zu,\"chunks\":%d,", ri->C, windows);
@@ -231,6 +235,7 @@ int cmd_kld(int argc, char **argv) {
         {.names = "--per-window", .kind = TOOL_ARG_SET, .dst = &per_window},
         {.names = "--no-layers", .kind = TOOL_ARG_CLEAR, .dst = &layers},
         {.names = "--isolate", .kind = TOOL_ARG_SET, .dst = &isolate},
+        {.names = "--test-model", .kind = TOOL_ARG_STR, .dst = &co.test_model},
         {0}};
     const tool_opt *tables[] = {opts, eval_common_table(&co), eval_common_policy_table(&co), NULL};
     const tool_cmd cmd = {.name = "kld", .usage = usage, .tables = tables};
@@ -248,6 +253,7 @@ int cmd_kld(int argc, char **argv) {
     if (!text) { fprintf(stderr, "kvq kld: %s: %s\n", text_path, strerror(errno)); return 1; }
     eval_env e;
     if (eval_env_open(&e, "kld", co.model, co.threads)) { free(text); return 1; }
+    if (eval_env_weights(&e, &co, 1)) { free(text); eval_env_close(&e); return 1; }
     const kvq_model_info *mc = &e.info;
     const int L = mc->n_layers, width = mc->n_head * mc->head_dim, V = mc->n_vocab;
     int ret = 1, rc = 0;
@@ -355,10 +361,12 @@ int cmd_kld(int argc, char **argv) {
         q->hk.cnt = q->lcnt;
         if (eval_policy_bits(&q->pol, mc->head_dim, &q->bits_k, &q->bits_v)) q->bits_k = q->bits_v = NAN;
     }
+    char wdesc[256];
+    eval_weights_desc(&e, wdesc, sizeof wdesc);
     fprintf(stderr, "kvq kld: %s, %s: %zu tokens, %zu windows of %zu (scoring %zu per window), base %s, %d polic%s, "
-                    "%d threads\n",
+                    "%d threads%s\n",
             eval_basename(e.model_path), eval_basename(text_path), nt, nwin, C, C - first - 1, base_spec, np,
-            np == 1 ? "y" : "ies", co.threads);
+            np == 1 ? "y" : "ies", co.threads, wdesc);
     run_info ri = {&e, text_path, base_spec, C, B, layers, nll_base, 0.0};
     eval_sigint_install();
     eval_progress prog;
@@ -371,8 +379,8 @@ int cmd_kld(int argc, char **argv) {
         int nb = B ? (int)B : (int)C;
         if ((rc = eval_session(&e, &base_pol, nb, co.f32_acts, co.seed, layers ? base_hook : NULL, &bs, &sb))) goto done;
         for (int p = 0; p < np; p++)
-            if ((rc = eval_session(&e, &ps[p].pol, nb, co.f32_acts, co.seed, layers ? test_hook : NULL, &ps[p].hk,
-                                   &st[p])))
+            if ((rc = eval_session_on(&e, e.m_test, &ps[p].pol, nb, co.f32_acts, co.seed, layers ? test_hook : NULL,
+                                      &ps[p].hk, &st[p])))
                 goto done;
         size_t n0 = n_base;
         for (int p = 0; p < np; p++) ps[p].top1_w = ps[p].top1;

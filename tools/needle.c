@@ -109,6 +109,7 @@ static void print_result(FILE *f, const eval_env *e, const needle_cfg *nc, const
     int idx = ci * nd + di;
     fprintf(f, "{\"tool\":\"needle\",\"record\":\"result\",\"model\":");
     eval_json_str(f, eval_basename(e->model_path));
+    eval_json_weights(f, e);
     fprintf(f, ",");
     tool_policy_json(&ps->pol, f);
     fprintf(f, ",\"ctx\":%ld,\"depth\":%.4g,\"trials\":%d,\"correct\":%d,\"accuracy\":", ctx, depth, ps->done[idx],
@@ -211,6 +212,7 @@ int cmd_needle(int argc, char **argv) {
 
     eval_env e;
     if (eval_env_open(&e, "needle", co.model, co.threads)) return 1;
+    if (eval_env_weights(&e, &co, 0)) { eval_env_close(&e); return 1; }
     const kvq_model_info *mc = &e.info;
     if (nc.chat < 0) nc.chat = eval_model_has_chat(&e);
     int ret = 1, rc = 0;
@@ -388,6 +390,7 @@ int cmd_needle(int argc, char **argv) {
                 if (!tot) continue;
                 printf("{\"tool\":\"needle\",\"record\":\"summary\",\"model\":");
                 eval_json_str(stdout, eval_basename(e.model_path));
+                eval_json_weights(stdout, &e);
                 printf(",");
                 tool_policy_json(&ps[p].pol, stdout);
                 printf(",\"ctx\":%ld,\"trials\":%d,\"correct\":%d,\"accuracy\":", ctxs[c], tot, cor);

@@ -49,6 +49,7 @@ static void print_json(FILE *f, const char *record, const eval_env *e, const cha
     double ppl = exp(mean);
     fprintf(f, "{\"tool\":\"ppl\",\"record\":\"%s\",\"model\":", record);
     eval_json_str(f, eval_basename(e->model_path));
+    eval_json_weights(f, e);
     fprintf(f, ",\"text\":");
     eval_json_str(f, eval_basename(text));
     fprintf(f, ",\"ctx\":%zu,\"chunks\":%d,", C, windows);
@@ -104,6 +105,7 @@ int cmd_ppl(int argc, char **argv) {
     if (!text) { fprintf(stderr, "kvq ppl: %s: %s\n", text_path, strerror(errno)); return 1; }
     eval_env e;
     if (eval_env_open(&e, "ppl", co.model, co.threads)) { free(text); return 1; }
+    if (eval_env_weights(&e, &co, 0)) { free(text); eval_env_close(&e); return 1; }
     const kvq_model_info *mc = &e.info;
     int ret = 1, rc;
     int32_t *ids = NULL, *win = NULL, *top = NULL;
@@ -139,9 +141,11 @@ int cmd_ppl(int argc, char **argv) {
             ps[p].bits_k = ps[p].bits_v = NAN;
         }
     }
-    fprintf(stderr, "kvq ppl: %s, %s: %zu tokens, %zu windows of %zu (scoring %zu per window), %d polic%s, %d threads\n",
+    char wdesc[256];
+    eval_weights_desc(&e, wdesc, sizeof wdesc);
+    fprintf(stderr, "kvq ppl: %s, %s: %zu tokens, %zu windows of %zu (scoring %zu per window), %d polic%s, %d threads%s\n",
             eval_basename(e.model_path), eval_basename(text_path), nt, nwin, C, C - first - 1, np,
-            np == 1 ? "y" : "ies", co.threads);
+            np == 1 ? "y" : "ies", co.threads, wdesc);
     eval_sigint_install();
     eval_progress prog;
     eval_progress_init(&prog, "ppl");

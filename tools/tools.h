@@ -23,4 +23,19 @@ double tool_now(void);
  * the repository's models/; with fetch, runs scripts/fetch-models.sh --default
  * when it is missing. Returns 0 when the file exists. */
 int tool_default_model(char *buf, size_t cap, int fetch);
+
+/* --weights SPEC / --keep TENSORS (weights.c): codes m's weights with
+ * kvq_model_quantize_weights (seed 0) unless spec is NULL, and prints one
+ * line to stderr (tool's name, spec, bits per weight, tensors, seconds)
+ * unless quiet. Prints the reason and returns nonzero on failure. */
+struct kvq_model;
+struct kvq_pool;
+int tool_code_weights(struct kvq_model *m, const char *spec, const char *keep, struct kvq_pool *pool,
+                      const char *tool, int quiet);
+/* Help text of --weights / --keep. */
+#define TOOL_WEIGHTS_USAGE                                                                                \
+    "  --weights SPEC         code the weight matrices with a kvq method at load time (tq-mse:4,\n"       \
+    "                         tq-mse:3@128: @B = values per rotated block; docs/METHODS.md \"Weights\")\n" \
+    "  --keep TENSORS         tensors left as stored, comma-separated name parts (default\n"              \
+    "                         token_embd,output; none = code all)\n"
 #endif

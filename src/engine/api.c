@@ -3,11 +3,13 @@
  * an internal function: model figures, the model's tokenizer, GGUF
  * inspection, samplers as objects, policies for sessions, generation.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf.h"
 #include "model.h"
+#include "wmat.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -99,6 +101,14 @@ int kvq_model_get_info(const kvq_model *m, kvq_model_info *out) {
     out->n_weight_bytes = m->n_weight_bytes;
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
         out->type_count[t < KVQ_GGML_TYPE_SLOTS ? t : KVQ_GGML_TYPE_SLOTS - 1] += m->type_count[t];
+    out->n_coded = m->n_coded_tensors;
+    double bytes = 0.0, values = 0.0;
+    for (int i = 0; i < m->n_wmats; i++) {
+        bytes += (double)kvq_wmat_code_bytes(m->wmats[i]);
+        values += (double)m->wmats[i]->rows * (double)m->wmats[i]->cols;
+    }
+    out->coded_bits = values > 0.0 ? bytes * 8.0 / values : 0.0;
+    snprintf(out->weights_spec, sizeof out->weights_spec, "%s", m->weights_spec);
     return KVQ_OK;
 }
 

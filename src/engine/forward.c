@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "wmat.h"
 #include "ops.h"
 
 /* ------------------------------------------------------------------------ */
@@ -255,11 +256,36 @@ static int step(kvq_session *S, int layer, step_kind kind, int ntok) {
 /* ------------------------------------------------------------------------ */
 /* Forward                                                                  */
 /* ------------------------------------------------------------------------ */
-static int matmul(kvq_session *S, const kvq_ggml_matrix *W, const float *X, int ntok, float *Y) {
+/* Products of nm matrices with the same activations: ggml-typed ones in one
+ * parallel region (kvq_ggml_matmul_multi), kvq-coded ones on their codes
+ * (kvq_wmat_matmul; their activation rounding is the codec's, so f32_acts
+ * does not apply to them). */
+static int matmul_multi(kvq_session *S, const kvq_ggml_matrix *const *W, int nm, const float *X, int ntok,
+                        float *const *Y, const int64_t *ldy) {
+    const kvq_ggml_matrix *Wg[4];
+    float *Yg[4];
+    int64_t lg[4];
+    int ng = 0;
+    for (int i = 0; i < nm && i < 4; i++) {
+        if (W[i]->coded) {
+            int rc = kvq_wmat_matmul(W[i]->coded, S->pool, X, ntok, Y[i], ldy[i]);
+            if (rc) return rc;
+        } else {
+            Wg[ng] = W[i];
+            Yg[ng] = Y[i];
+            lg[ng++] = ldy[i];
+        }
+    }
+    if (!ng) return KVQ_OK;
     kvq_ggml_acts A;
-    kvq_ggml_acts_init(&A, X, ntok, W->cols, S->s.q8);
+    kvq_ggml_acts_init(&A, X, ntok, W[0]->cols, S->s.q8);
     A.f32_only = S->p.f32_acts;
-    return kvq_ggml_matmul(S->kern, S->pool, W, &A, Y, W->rows);
+    return kvq_ggml_matmul_multi(S->kern, S->pool, Wg, ng, &A, Yg, lg);
+}
+
+static int matmul(kvq_session *S, const kvq_ggml_matrix *W, const float *X, int ntok, float *Y) {
+    int64_t ldy = W->rows;
+    return matmul_multi(S, &W, 1, X, ntok, &Y, &ldy);
 }
 
 /* One chunk of ntok <= n_batch tokens at positions S->pos ... */
@@ -273,8 +299,10 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
     /* embeddings (rows of token_embd, whatever their type) */
     for (int t = 0; t < ntok; t++) {
         float *x = s->x + (size_t)t * E;
-        rc = kvq_ggml_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tok[t] * m->tok_embd.row_bytes,
-                              x, E);
+        if (m->tok_embd.coded) rc = kvq_wmat_row(m->tok_embd.coded, tok[t], x);
+        else
+            rc = kvq_ggml_dequant_row(m->tok_embd.type,
+                                      (const uint8_t *)m->tok_embd.data + (size_t)tok[t] * m->tok_embd.row_bytes, x, E);
         if (rc) return rc;
         if (c->embd_scale != 1.0f)
             for (int i = 0; i < E; i++) x[i] *= c->embd_scale;
@@ -293,10 +321,7 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
             const kvq_ggml_matrix *W[3] = {&L->wq, &L->wk, &L->wv};
             float *Y[3] = {s->q, s->k, s->v};
             int64_t ldy[3] = {Q, KV, KV};
-            kvq_ggml_acts A;
-            kvq_ggml_acts_init(&A, s->xb, ntok, E, s->q8);
-            A.f32_only = S->p.f32_acts;
-            if ((rc = kvq_ggml_matmul_multi(S->kern, S->pool, W, 3, &A, Y, ldy))) return rc;
+            if ((rc = matmul_multi(S, W, 3, s->xb, ntok, Y, ldy))) return rc;
         }
         if ((rc = step(S, l, STEP_QKV, ntok))) return rc;
         if (S->p.kv_hook) S->p.kv_hook(S->p.kv_hook_user, l, S->pos, s->q, s->k, s->v, (size_t)ntok);
@@ -312,10 +337,7 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
             const kvq_ggml_matrix *W[2] = {&L->w_gate, &L->w_up};
             float *Y[2] = {s->hb, s->hb2};
             int64_t ldy[2] = {F, F};
-            kvq_ggml_acts A;
-            kvq_ggml_acts_init(&A, s->xb, ntok, E, s->q8);
-            A.f32_only = S->p.f32_acts;
-            if ((rc = kvq_ggml_matmul_multi(S->kern, S->pool, W, 2, &A, Y, ldy))) return rc;
+            if ((rc = matmul_multi(S, W, 2, s->xb, ntok, Y, ldy))) return rc;
         }
         if ((rc = step(S, l, STEP_ACT, ntok))) return rc;
         if ((rc = matmul(S, &L->w_down, s->hb, ntok, s->proj))) return rc;

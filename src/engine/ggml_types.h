@@ -182,12 +182,17 @@ const kvq_ggml_kernels *kvq_ggml_kernels_scalar(void);
  * AVX-512 VNNI kernels (NULL without VNNI); KVQ_ISA_BEST picks the best. */
 const kvq_ggml_kernels *kvq_ggml_kernels_for(kvq_isa isa);
 
-/* A weight matrix: rows of `cols` values, row r at data + r * row_bytes. */
+/* A weight matrix: rows of `cols` values, row r at data + r * row_bytes
+ * (the file's tensor). When `coded` is set the engine computes with kvq's
+ * coded copy instead (wmat.h: kvq_model_quantize_weights); data, type and
+ * row_bytes still describe the source. */
+struct kvq_wmat;
 typedef struct kvq_ggml_matrix {
     const void *data;
     kvq_ggml_type type;
     int64_t rows, cols;
     size_t row_bytes;
+    const struct kvq_wmat *coded;
 } kvq_ggml_matrix;
 
 /*

@@ -336,6 +336,7 @@ int kvq_model_load(kvq_model **out, const char *path, char *err, size_t err_cap)
 void kvq_model_free(kvq_model *m) {
     if (!m) return;
     kvq_tok_free(m->tok);
+    kvq_model_free_weights(m);
     free(m->layers);
     free(m->owned);
     kvq_gguf_close(m->gguf);

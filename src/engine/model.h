@@ -86,12 +86,20 @@ struct kvq_model {
     float *owned;             /* f32 copies of the 1-D tensors */
     size_t n_weight_bytes;    /* bytes of all weight tensors */
     int type_count[GGML_TYPE_COUNT]; /* tensors per ggml type */
+    /* kvq-coded weights (kvq_model_quantize_weights; model_weights.c) */
+    struct kvq_wmat **wmats;  /* owned, n_wmats of them */
+    int n_wmats;
+    int n_coded_tensors;      /* tensors computed from codes (a tied output counts once) */
+    char weights_spec[64];    /* "tq-mse:4@64"-like, "" when none */
 };
 
 /* kvq_model_load (include/kvq_engine.h) opens the file and calls this; it
  * takes ownership of g on success. The tokenizer is built when the file has
  * the tokenizer.ggml.* keys (m->tok stays NULL otherwise). */
 int kvq_model_from_gguf(kvq_model **out, kvq_gguf_file *g, char *err, size_t err_cap);
+
+/* Frees the coded weights (model_weights.c). */
+void kvq_model_free_weights(kvq_model *m);
 
 /* "norm" / "neox". */
 const char *kvq_rope_type_name(kvq_rope_type t);

@@ -1,0 +1,98 @@
+/*
+ * Weight matrices coded with kvq's own codecs (issue 16): each row of `cols`
+ * values is cut into nb = cols / B blocks of B values; block b of every row
+ * is one codec record of a plan of dimension B (rotation + quantizer, as for
+ * a cached key). The product with an activation x is, block by block,
+ *
+ *     y[r] = sum_b <W[r, bB..bB+B), x[bB..bB+B)> = sum_b <R W_rb, R x_b>,
+ *
+ * because a rotation R preserves inner products: the activation block is
+ * rotated (and for tq-mse rounded to int8) ONCE by kvq_query_prepare and
+ * then scored against the codes of every row by kvq_score, the codec's fused
+ * scoring kernel (scalar reference + AVX2 / AVX-512 paths, tested there); no
+ * weight is decoded to a buffer. This is the cache's q.k on codes with the
+ * weight rows in the role of the keys.
+ *
+ * Layout: block-major, codes[(b * rows + r) * code_bytes], so one kvq_score
+ * call scores a run of rows of one block against all tokens of a batch.
+ * Bits per weight: code_bytes * 8 / B, every stored byte counted (codes and
+ * the per-record scale / norm); the plan's tables (rotation signs,
+ * codebook, calibration means) are per matrix, not per weight, and are
+ * reported apart (kvq_wmat_plan_bytes).
+ *
+ * Calibrated specs (+center, +chscale, +outliers) fit one plan per block
+ * position b on the matrix's own block-b vectors (the rows); other specs
+ * use one plan for every block.
+ */
+#ifndef KVQ_ENGINE_WMAT_H
+#define KVQ_ENGINE_WMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ggml_types.h"
+#include "kvq.h"
+
+typedef struct kvq_wmat {
+    int64_t rows, cols;
+    int block;            /* values per record (B) */
+    int nb;               /* cols / block */
+    int nplans;           /* 1, or nb for calibrated specs */
+    kvq_plan **plans;     /* (nplans) */
+    size_t code_bytes;    /* per record */
+    size_t qfloats;       /* floats of one prepared activation block */
+    uint8_t *codes;       /* (nb, rows, code_bytes) */
+} kvq_wmat;
+
+/* The block width used when a spec names none: the largest power of two
+ * <= 256 (and >= KVQ_DIM_MIN) dividing cols, 0 if there is none. */
+int kvq_wmat_default_block(int64_t cols);
+
+/*
+ * Splits "SPEC[@B]" into the codec spec (written to spec, cap bytes) and the
+ * block width (0 when absent). KVQ_ERR_INVALID_ARG for a malformed @B.
+ */
+int kvq_wmat_parse_spec(const char *s, char *spec, size_t cap, int *block, char *err, size_t err_cap);
+
+/*
+ * Codes the matrix src (any supported ggml type: each row dequantized to f32
+ * first) with codec spec `spec`, block width block (0: default), plan seed
+ * `seed`. Errors (reason in err): KVQ_ERR_INVALID_ARG (a block that does
+ * not divide the rows or is outside the codec's dims), the codec's errors
+ * (bad spec, KVQ_ERR_NO_DECODE for key-only methods, KVQ_ERR_NONFINITE,
+ * KVQ_ERR_RANGE), KVQ_ERR_NOMEM.
+ */
+int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec, int block, uint64_t seed,
+                    kvq_pool *pool, char *err, size_t err_cap);
+
+/*
+ * A coded matrix over codes the caller already has (nb * rows * code_bytes
+ * bytes, block-major; e.g. a tensor of a GGUF file written by kvq quantize);
+ * the codes are copied. Non-calibrated specs only (the plans are rebuilt
+ * from spec, block and seed).
+ */
+int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
+                        const void *codes, size_t n_bytes, char *err, size_t err_cap);
+void kvq_wmat_free(kvq_wmat *w);
+
+/* Bytes of the codes (what the weights cost). */
+size_t kvq_wmat_code_bytes(const kvq_wmat *w);
+/* Bits per weight: code_bytes * 8 / block. */
+double kvq_wmat_bits(const kvq_wmat *w);
+
+/* Row r decoded to cols floats (the embedding lookup of a coded token_embd). */
+int kvq_wmat_row(const kvq_wmat *w, int64_t r, float *out);
+
+/*
+ * Y[t * ldy + r] = sum_c W[r, c] X[t * cols + c] for t < ntok, r < rows, from
+ * the codes (see above). Activations with NaN/Inf give KVQ_ERR_NONFINITE.
+ */
+int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, const float *X, int64_t ntok, float *Y, int64_t ldy);
+
+/*
+ * Float64 reference of the same product from the decoded weights (tests):
+ * every row decoded, products summed in double.
+ */
+int kvq_wmat_matmul_ref(const kvq_wmat *w, const float *X, int64_t ntok, double *Y);
+
+#endif
