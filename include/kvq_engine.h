@@ -136,6 +136,16 @@ KVQ_API int kvq_model_get_info(const kvq_model *m, kvq_model_info *out);
 #define KVQ_WEIGHTS_KEEP_DEFAULT "token_embd,output"
 KVQ_API int kvq_model_quantize_weights(kvq_model *m, const char *spec, const char *keep, uint64_t seed,
                                        kvq_pool *pool, char *err, size_t err_cap);
+/*
+ * Writes the model as a GGUF file (kvq quantize): the source file's metadata
+ * and tensors, the coded ones as kvq-coded tensors (docs/FORMAT.md "Coded
+ * weights in GGUF") that kvq_model_load reads back; readers that do not know
+ * kvq's tensor type refuse the file. Written to PATH.tmp and renamed, so a
+ * failure leaves no half file. Calibrated specs cannot be saved
+ * (KVQ_ERR_UNSUPPORTED: their plans are fitted to the source weights).
+ * KVQ_ERR_IO with the reason in err.
+ */
+KVQ_API int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t err_cap);
 /* The sliding window of a layer (0: global attention), -1 if layer is out of range. */
 KVQ_API int kvq_model_layer_window(const kvq_model *m, int layer);
 /* The model's file (for metadata and tensors). */

@@ -24,6 +24,7 @@ static const subcommand SUBCOMMANDS[] = {
     {"needle", cmd_needle, "passkey retrieval: a number hidden at several depths of filler text, accuracy per ctx and depth"},
     {"gen-check", cmd_gen_check, "greedy generation per policy vs the f16 cache: tokens before EOS or a degenerate repeat, divergence"},
     {"bench", cmd_bench, "prefill and generation tokens/s per cache policy side by side (f16 first), KV bytes per token"},
+    {"quantize", cmd_quantize, "write a GGUF whose weight matrices are coded by a kvq method (tq-mse:4, ...), for kvq's engine"},
     {"memplan", cmd_memplan, "longest context that fits in a memory budget per cache policy; KV bytes at 4K/32K/128K"},
 };
 

@@ -16,6 +16,7 @@ int cmd_needle(int argc, char **argv);
 int cmd_gen_check(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_memplan(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* Monotonic wall-clock seconds. */
 double tool_now(void);

@@ -70,6 +70,7 @@ int kvq_gguf_ggml_type_geometry(uint32_t type, uint32_t *block, uint32_t *bytes)
 }
 
 const char *kvq_ggml_type_name(uint32_t type) {
+    if (type == KVQ_GGUF_TYPE_CODES) return "kvq";
     if (type >= sizeof GEOM / sizeof GEOM[0] || !GEOM[type].name) return "?";
     return GEOM[type].name;
 }
@@ -282,6 +283,8 @@ static int parse(kvq_gguf_file *g) {
     for (uint64_t i = 0; i < g->n_kv; i++) {
         kvq_gguf_kv *kv = &g->kv[i];
         uint32_t t;
+        uint64_t rec = c.pos;
+        kv->raw = c.p + rec;
         if ((rc = rd_str(&c, &kv->key)) || (rc = rd_u32(&c, &t))) return rc;
         if (!valid_type(t)) return KVQ_ERR_FORMAT;
         kv->type = (kvq_gguf_type)t;
@@ -300,6 +303,7 @@ static int parse(kvq_gguf_file *g) {
         } else if ((rc = rd_scalar(&c, kv->type, kv))) {
             return rc;
         }
+        kv->raw_bytes = c.pos - rec;
     }
     sort_idx(g, kv_key, g->kv_sorted, (size_t)g->n_kv);
     if (has_dup(g, kv_key, g->kv_sorted, (size_t)g->n_kv)) return KVQ_ERR_FORMAT;
@@ -356,6 +360,13 @@ static int parse(kvq_gguf_file *g) {
         t->data = g->base + g->data_offset + t->offset;
     }
     return KVQ_OK;
+}
+
+const void *kvq_gguf_tensor_span(const kvq_gguf_file *g, const kvq_gguf_tensor *t, uint64_t n_bytes) {
+    if (!g || !t || g->data_offset > g->size) return NULL;
+    uint64_t avail = g->size - g->data_offset;
+    if (t->offset > avail || n_bytes > avail - t->offset) return NULL;
+    return g->base + g->data_offset + t->offset;
 }
 
 static void release(kvq_gguf_file *g) {

@@ -31,6 +31,10 @@
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MAX_DIMS 4
+/* Tensor type id of kvq-coded weights (docs/FORMAT.md "Coded weights in
+ * GGUF"): block-major codec records of the spec in kvq.weights.spec; sized
+ * by the model loader, not by this reader. */
+#define KVQ_GGUF_TYPE_CODES 0x4B56u
 /* Returned (positive) by the kvq_gguf_get_* helpers when a key is absent. */
 #define GGUF_NOT_FOUND 1
 
@@ -60,6 +64,8 @@ typedef struct kvq_gguf_str {
 typedef struct kvq_gguf_kv {
     kvq_gguf_str key;
     kvq_gguf_type type;
+    const uint8_t *raw;  /* the whole record as stored (key, type, value): what a writer copies */
+    uint64_t raw_bytes;
     union {
         uint64_t u; /* UINT8..UINT64 and BOOL (0/1) */
         int64_t i;  /* INT8..INT64 (sign-extended) */
@@ -158,6 +164,13 @@ int kvq_gguf_arr_f32(const kvq_gguf_kv *kv, uint64_t i, float *out);
  * the array's count). O(total bytes). KVQ_ERR_FORMAT if not a string array.
  */
 int kvq_gguf_arr_strings(const kvq_gguf_kv *kv, kvq_gguf_str *out, uint64_t n);
+
+/*
+ * The data of a tensor whose type this reader does not size (kvq-coded
+ * weights): n_bytes from the offset, checked against the file; NULL if they
+ * are not all there.
+ */
+const void *kvq_gguf_tensor_span(const kvq_gguf_file *g, const kvq_gguf_tensor *t, uint64_t n_bytes);
 
 /* Known ggml type ids' block geometry (used for bounds checks). Returns 0 if
  * unknown, else sets *block (elements per block) and *bytes (bytes per block). */

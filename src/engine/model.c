@@ -6,6 +6,7 @@
 #include "tok_gguf.h"
 #include "errfmt.h"
 #include "open_reason.h"
+#include "wmat.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -163,6 +164,55 @@ typedef struct {
     float *owned_next; /* !dry: where the next vector goes */
 } loader;
 
+/*
+ * A kvq-coded matrix written by kvq quantize (docs/FORMAT.md "Coded weights
+ * in GGUF"): the codes stay in the mapping; the plans are rebuilt from
+ * kvq.weights.spec / kvq.weights.seed and the size is checked against them.
+ */
+static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int64_t rows, int64_t cols,
+                     kvq_ggml_matrix *out) {
+    const kvq_gguf_file *g = L->m->gguf;
+    uint32_t ver = 0;
+    char wspec[64] = "", spec[64], why[256] = "";
+    int64_t seed = 0;
+    int block = 0, rc = kvq_gguf_get_u32(g, "kvq.weights.version", &ver);
+    if (rc || ver != 1)
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s is kvq-coded but kvq.weights.version is %s (this reader: 1)",
+                    name, rc ? "missing" : "another");
+    if (kvq_gguf_get_cstr(g, "kvq.weights.spec", wspec, sizeof wspec) ||
+        kvq_gguf_get_i64(g, "kvq.weights.seed", &seed) || seed < 0)
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s is kvq-coded but kvq.weights.spec / .seed are missing",
+                    name);
+    if ((rc = kvq_wmat_parse_spec(wspec, spec, sizeof spec, &block, why, sizeof why)))
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "kvq.weights.spec: %s", why);
+    if (!block) block = kvq_wmat_default_block(cols);
+    kvq_plan *p = NULL;
+    if (block < KVQ_DIM_MIN || cols % block || (rc = kvq_plan_create(&p, spec, block, (uint64_t)seed, NULL, 0)))
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s' does not fit rows of %lld values",
+                    name, wspec, (long long)cols);
+    uint64_t n_bytes = (uint64_t)(cols / block) * (uint64_t)rows * kvq_plan_code_bytes(p);
+    kvq_plan_free(p);
+    const void *codes = kvq_gguf_tensor_span(g, t, n_bytes);
+    if (!codes)
+        return fail(L->err, L->cap, KVQ_ERR_TRUNCATED, "tensor %s: %llu bytes of codes are not all in the file", name,
+                    (unsigned long long)n_bytes);
+    out->data = codes;
+    out->type = GGML_TYPE_F32; /* unused: the engine computes with out->coded */
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = 0;
+    if (L->dry) return KVQ_OK;
+    kvq_wmat *w = NULL;
+    if ((rc = kvq_wmat_from_codes(&w, rows, cols, spec, block, (uint64_t)seed, codes, (size_t)n_bytes, why, sizeof why)))
+        return fail(L->err, L->cap, rc, "tensor %s: %s", name, why);
+    if ((rc = kvq_model_adopt_wmat(L->m, w, name))) return fail(L->err, L->cap, rc, "out of memory");
+    out->coded = w;
+    L->m->n_weight_bytes += n_bytes;
+    L->m->weights_seed = (uint64_t)seed;
+    snprintf(L->m->weights_spec, sizeof L->m->weights_spec, "%s", wspec);
+    return KVQ_OK;
+}
+
 static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64_t cols, kvq_ggml_matrix *out,
                       int required) {
     char name[128];
@@ -175,6 +225,7 @@ static int get_matrix(loader *L, const char *fmt, int layer, int64_t rows, int64
     if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s has shape [%llu, %llu], expected [%lld, %lld]", name,
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols, (long long)rows);
+    if (t->type == KVQ_GGUF_TYPE_CODES) return get_coded(L, name, t, rows, cols, out);
     if (!kvq_ggml_type_supported((kvq_ggml_type)t->type) || !t->size_known)
         return fail(L->err, L->cap, KVQ_ERR_UNSUPPORTED, "tensor %s has unsupported type %s (%u)", name,
                     kvq_ggml_type_name(t->type), t->type);

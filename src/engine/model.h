@@ -88,9 +88,11 @@ struct kvq_model {
     int type_count[GGML_TYPE_COUNT]; /* tensors per ggml type */
     /* kvq-coded weights (kvq_model_quantize_weights; model_weights.c) */
     struct kvq_wmat **wmats;  /* owned, n_wmats of them */
+    char (*wmat_names)[64];   /* their tensor names */
     int n_wmats;
     int n_coded_tensors;      /* tensors computed from codes (a tied output counts once) */
     char weights_spec[64];    /* "tq-mse:4@64"-like, "" when none */
+    uint64_t weights_seed;    /* the plans' seed */
 };
 
 /* kvq_model_load (include/kvq_engine.h) opens the file and calls this; it
@@ -100,6 +102,9 @@ int kvq_model_from_gguf(kvq_model **out, kvq_gguf_file *g, char *err, size_t err
 
 /* Frees the coded weights (model_weights.c). */
 void kvq_model_free_weights(kvq_model *m);
+/* Adopts a coded matrix read from the file (model.c's loader): the model
+ * owns w from then on, also on failure (KVQ_ERR_NOMEM). */
+int kvq_model_adopt_wmat(kvq_model *m, struct kvq_wmat *w, const char *name);
 
 /* "norm" / "neox". */
 const char *kvq_rope_type_name(kvq_rope_type t);

@@ -76,9 +76,11 @@ int kvq_model_quantize_weights(kvq_model *m, const char *wspec, const char *keep
     int n = list_matrices(m, NULL, 0);
     named_matrix *list = calloc((size_t)n, sizeof *list);
     kvq_wmat **w = calloc((size_t)n, sizeof *w);
-    if (!list || !w) {
+    char(*names)[64] = calloc((size_t)n, sizeof *names);
+    if (!list || !w || !names) {
         free(list);
         free(w);
+        free(names);
         return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
     }
     list_matrices(m, list, n);
@@ -94,6 +96,7 @@ int kvq_model_quantize_weights(kvq_model *m, const char *wspec, const char *keep
     if (rc) { /* nothing of the model changed */
         for (int i = 0; i < nw; i++) kvq_wmat_free(w[i]);
         free(w);
+        free(names);
         free(list);
         return rc;
     }
@@ -104,12 +107,15 @@ int kvq_model_quantize_weights(kvq_model *m, const char *wspec, const char *keep
         m->n_weight_bytes -= (size_t)mat->rows * mat->row_bytes;
         m->n_weight_bytes += kvq_wmat_code_bytes(w[k]);
         m->type_count[mat->type]--;
+        snprintf(names[k], sizeof names[k], "%s", list[i].name);
         mat->coded = w[k++];
     }
     if (m->tied_output) m->output.coded = m->tok_embd.coded;
     m->wmats = w;
+    m->wmat_names = names;
     m->n_wmats = nw;
     m->n_coded_tensors = nw;
+    m->weights_seed = seed;
     if (block) snprintf(m->weights_spec, sizeof m->weights_spec, "%.48s@%d", spec, block);
     else snprintf(m->weights_spec, sizeof m->weights_spec, "%.48s", spec);
     free(list);
@@ -119,6 +125,21 @@ int kvq_model_quantize_weights(kvq_model *m, const char *wspec, const char *keep
 void kvq_model_free_weights(kvq_model *m) {
     for (int i = 0; i < m->n_wmats; i++) kvq_wmat_free(m->wmats[i]);
     free(m->wmats);
+    free(m->wmat_names);
     m->wmats = NULL;
+    m->wmat_names = NULL;
     m->n_wmats = 0;
+}
+
+int kvq_model_adopt_wmat(kvq_model *m, kvq_wmat *w, const char *name) {
+    kvq_wmat **nw = realloc(m->wmats, sizeof *nw * (size_t)(m->n_wmats + 1));
+    if (!nw) { kvq_wmat_free(w); return KVQ_ERR_NOMEM; }
+    m->wmats = nw;
+    char(*nn)[64] = realloc(m->wmat_names, sizeof *nn * (size_t)(m->n_wmats + 1));
+    if (!nn) { kvq_wmat_free(w); return KVQ_ERR_NOMEM; }
+    m->wmat_names = nn;
+    snprintf(nn[m->n_wmats], sizeof nn[m->n_wmats], "%s", name);
+    m->wmats[m->n_wmats++] = w;
+    m->n_coded_tensors = m->n_wmats;
+    return KVQ_OK;
 }

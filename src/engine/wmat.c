@@ -56,7 +56,7 @@ void kvq_wmat_free(kvq_wmat *w) {
     if (w->plans)
         for (int i = 0; i < w->nplans; i++) kvq_plan_free(w->plans[i]);
     free(w->plans);
-    free(w->codes);
+    free(w->owned);
     free(w);
 }
 
@@ -111,8 +111,11 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
     w->qfloats = kvq_plan_query_floats(w->plans[0]);
     size_t n = (size_t)w->nb * (size_t)rows;
     if (n > SIZE_MAX / w->code_bytes) { kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_OVERFLOW, "matrix too large"); }
-    w->codes = malloc(n * w->code_bytes);
-    if (!w->codes) { kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory for %zu bytes of codes", n * w->code_bytes); }
+    if (cal) { /* coded here: the codes are ours */
+        w->owned = malloc(n * w->code_bytes);
+        if (!w->owned) { kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory for %zu bytes of codes", n * w->code_bytes); }
+        w->codes = w->owned;
+    }
     *out = w;
     return KVQ_OK;
 }
@@ -147,7 +150,7 @@ static void code_task(void *arg, int task, int thread) {
     int rc = (!full || !blk) ? KVQ_ERR_NOMEM : dequant_rows(j->src, r0, nr, full);
     for (int b = 0; !rc && b < w->nb; b++) {
         for (int64_t i = 0; i < nr; i++) memcpy(blk + (size_t)i * B, full + (size_t)i * (size_t)w->cols + (size_t)b * B, sizeof(float) * B);
-        rc = kvq_encode(plan_of(w, b), blk, KVQ_DTYPE_F32, (size_t)nr, w->codes + ((size_t)b * (size_t)w->rows + (size_t)r0) * w->code_bytes);
+        rc = kvq_encode(plan_of(w, b), blk, KVQ_DTYPE_F32, (size_t)nr, w->owned + ((size_t)b * (size_t)w->rows + (size_t)r0) * w->code_bytes);
     }
     free(full);
     free(blk);
@@ -214,7 +217,7 @@ int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *
         return fail(err, cap, KVQ_ERR_FORMAT, "%zu bytes of codes, %s at %lld x %lld (block %d) needs %zu", n_bytes, spec,
                     (long long)rows, (long long)cols, block, want);
     }
-    memcpy(w->codes, codes, n_bytes);
+    w->codes = codes;
     *out = w;
     return KVQ_OK;
 }

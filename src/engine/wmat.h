@@ -41,7 +41,8 @@ typedef struct kvq_wmat {
     kvq_plan **plans;     /* (nplans) */
     size_t code_bytes;    /* per record */
     size_t qfloats;       /* floats of one prepared activation block */
-    uint8_t *codes;       /* (nb, rows, code_bytes) */
+    const uint8_t *codes; /* (nb, rows, code_bytes): owned, or borrowed (kvq_wmat_from_codes) */
+    uint8_t *owned;       /* codes when coded here, else NULL */
 } kvq_wmat;
 
 /* The block width used when a spec names none: the largest power of two
@@ -67,9 +68,11 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
 
 /*
  * A coded matrix over codes the caller already has (nb * rows * code_bytes
- * bytes, block-major; e.g. a tensor of a GGUF file written by kvq quantize);
- * the codes are copied. Non-calibrated specs only (the plans are rebuilt
- * from spec, block and seed).
+ * bytes, block-major; e.g. a tensor of a GGUF file written by kvq quantize),
+ * borrowed: they must outlive the matrix (no copy). Non-calibrated specs only
+ * (the plans are rebuilt from spec, block and seed:
+ * KVQ_ERR_NEEDS_CALIBRATION otherwise); a size that does not match the shape
+ * gives KVQ_ERR_FORMAT.
  */
 int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
                         const void *codes, size_t n_bytes, char *err, size_t err_cap);
