@@ -13,8 +13,11 @@
  * position) / time, compared with a measured device-to-device copy (bytes
  * read + written / time). Encode: vectors per second of kvq_cuda_encode on
  * 4M rows (f32 and f16 input).
- * --dim D: head dim D instead of 128 (64, 96 and 256 run the generic kernel).
- * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--policy NAME] [--shape B CTX]
+ * --dim D: head dim D instead of 128 (f16, q8, tq-mse:2/4 at 64 and 256 run the tensor-core kernel,
+ * the rest and 96 the generic kernel). --heads HQ H: HQ query heads over H KV heads (Gemma 3 270M:
+ * 4 over 1). --generic: the main pass on the generic kernel (its baseline for a tensor-core pair).
+ * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--heads HQ H] [--generic] [--policy NAME]
+ *                  [--shape B CTX]
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +30,9 @@
 
 #include "kvq.h"
 #include "kvq_cuda.h"
+
+/* internal (attn.cu): the main pass on the generic kernel */
+extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L);
 
 #define CU(expr)                                                                                      \
     do {                                                                                              \
@@ -152,8 +158,9 @@ struct Policy {
     const char *name, *k, *v;
 };
 
-static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps, int D) {
-    const int H = 8, HQ = 32, P = 256;
+static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps, int D, int HQ, int H,
+                       bool generic) {
+    const int P = 256;
     kvq_plan *kp, *vp;
     OK(kvq_plan_create(&kp, pol.k, D, 11, NULL, 0));
     OK(kvq_plan_create(&vp, pol.v, D, 12, NULL, 0));
@@ -163,6 +170,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0};
     kvq_cuda_layer *L;
     OK(kvq_cuda_layer_create(&L, &cfg));
+    if (generic) OK(kvq_cuda_layer_force_generic(L));
     const size_t page_bytes = kvq_cuda_layer_page_bytes(L);
     const int pps = (ctx + P - 1) / P, npages = B * pps;
     const size_t pool = (size_t)npages * page_bytes;
@@ -235,14 +243,19 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     int nonfinite = 0;
     for (float v : o) nonfinite += !isfinite(v);
     const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
-    printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s)\n", pol.name, D, B,
-           ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, nonfinite ? ", NON-FINITE OUTPUT" : "");
+    char heads[48] = "";
+    if (HQ != 32 || H != 8) snprintf(heads, sizeof heads, ", HQ %d / H %d", HQ, H);
+    printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s%s%s)\n",
+           pol.name, D, B, ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, heads,
+           generic ? ", generic kernel" : "", nonfinite ? ", NON-FINITE OUTPUT" : "");
     fflush(stdout);
     if (g_json)
         fprintf(g_json,
                 "{\"bench\":\"attn\",\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"batch\":%d,\"ctx\":%d,\"hq\":%d,\"hkv\":%d,"
-                "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d}\n",
-                pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs);
+                "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d,"
+                "\"generic\":%d}\n",
+                pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs,
+                generic ? 1 : 0);
     for (int c = 0; c < copies; c++) {
         CU(cudaFree(pages[c]));
         CU(cudaFree(q[c]));
@@ -264,7 +277,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
 
 int main(int argc, char **argv) {
     bool quick = false, no_encode = false;
-    int runs = 50, only_b = 0, only_ctx = 0, dim = 128;
+    int runs = 50, only_b = 0, only_ctx = 0, dim = 128, hq = 32, hkv = 8;
+    bool generic = false;
     const char *only_pol = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
@@ -272,6 +286,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) g_json = fopen(argv[++i], "w");
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dim") && i + 1 < argc) dim = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--heads") && i + 2 < argc) hq = atoi(argv[++i]), hkv = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--generic")) generic = true;
         else if (!strcmp(argv[i], "--policy") && i + 1 < argc) only_pol = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 2 < argc) only_b = atoi(argv[++i]), only_ctx = atoi(argv[++i]);
     }
@@ -313,7 +329,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
             if (only_pol && strcmp(only_pol, pols[i].name)) continue;
             if (!only_pol && i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
-            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim);
+            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim, hq, hkv, generic);
         }
     }
     if (g_json) fclose(g_json);

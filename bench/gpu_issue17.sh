@@ -8,6 +8,10 @@
 #        shape; REPS times, default 2);
 # gen:   the generic kernel: cuda_attn --dim 64 / 96 / 256 and tq-mse:3/3 at d = 128, with
 #        bench/torch_sdpa.py at the same head dims in the same run.
+# d256:  test (test_cuda, the PyTorch tests), then, if test_cuda passed, cuda_attn at d = 256 (16 x 32K;
+#        32/8 and 4/1 query/KV heads; f16, q8, tq-mse:4/4, 2/2, 4/2) on the tensor-core kernel and
+#        --generic, d = 64 / 128 tq-mse:4/4 beside them, and bench/torch_sdpa.py --dim 256.
+#        PRE=DIR: binaries and shared libraries built elsewhere for sm_90 (else built in /tmp/b).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -65,4 +69,38 @@ if [ "$MODE" = gen ] || [ "$MODE" = all ]; then
         /tmp/b/cuda_attn --no-encode --policy tq-mse:3/3 --shape $sh --runs 30 2>&1 | grep -E "B=" | tee -a "$OUT/gen.log"
     done
     timeout 120 python3 bench/torch_sdpa.py --quick --runs 30 2>&1 | tee -a "$OUT/torch_dims.log" | tail -12
+fi
+if [ "$MODE" = d256 ]; then
+    B=${PRE:-/tmp/b}
+    t0=$(date +%s)
+    # carried binaries that do not load here (or none): build them
+    if [ -z "${PRE:-}" ] || ! "$B/cuda_attn" --no-encode --shape 1 1 > /dev/null 2>&1; then
+        B=/tmp/b
+        build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    fi
+    echo "binaries: $B, $(( $(date +%s) - t0 )) s"
+    ( timeout 280 "$B/test_cuda" > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log" ) &
+    tc=$!
+    LD_LIBRARY_PATH=$B KVQ_LIBRARY_DIR=$B PYTHONPATH=$NEW/python timeout 200 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"
+    wait $tc
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | head -30
+    grep -E "d=256" "$OUT/test_cuda.log" | head -40
+    tail -3 "$OUT/pytest_torch.log"
+    grep -q "test_cuda rc 0" "$OUT/test_cuda.log" || exit 1
+    for hv in "32 8" "4 1"; do
+        for pol in f16 q8 tq-mse:4/4 tq-mse:2/2 tq-mse:4/2; do
+            for g in "" --generic; do
+                "$B/cuda_attn" --no-encode --dim 256 --heads $hv $g --policy "$pol" --shape 16 32768 --runs 30 2>&1 |
+                    grep -E "B=" | tee -a "$OUT/d256.log"
+            done
+        done
+    done
+    for d in 64 128; do
+        "$B/cuda_attn" --no-encode --dim $d --policy tq-mse:4/4 --shape 16 32768 --runs 50 2>&1 | grep -E "B=" | tee -a "$OUT/d256.log"
+    done
+    timeout 100 python3 bench/torch_sdpa.py --quick --dim 256 --runs 30 2>&1 | tee "$OUT/torch_sdpa_d256.txt" | grep -E "torch d="
+    echo "all: $(( $(date +%s) - t0 )) s"
 fi

@@ -18,11 +18,13 @@ KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
 static const kvqa::launch_fn k_table[12][8] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
-/* head dim 64: f16, q8, tq-mse:2, tq-mse:4 (index kd_index) */
+/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4 (index kd_index) */
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
+KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
 #define KVQ_ATTN_ROWD_ONE(DD, KN, KT, VN, VT) kvq_attn_launch_d##DD##_##KN##_##VN,
 #define KVQ_ATTN_ROWD(DD, KN, KT) {KVQ_ATTN_VD_FORMATS(KVQ_ATTN_ROWD_ONE, DD, KN, KT)},
 static const kvqa::launch_fn k_table64[4][4] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
+static const kvqa::launch_fn k_table256[4][4] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
 
 enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
 enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4 };
@@ -54,11 +56,8 @@ struct kvq_cuda_layer {
 
 static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
 
-/* The tensor-core kernels' head dims: 128 (every format below) and 64 (f16, q8, tq-mse:2/4). The kernel
- * templates take d = 256 too, but it gave wrong attention on the H200 for every format, f16 included
- * (rel. err 0.09-0.18, test_cuda, 2026-12-02): d = 256 stays on the generic kernel until that is found
- * (bench/results/gpu-wip-2026-12-02). */
-static int fast_dim(int d) { return d == 64 || d == D; }
+/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/4). */
+static int fast_dim(int d) { return d == 64 || d == D || d == 256; }
 static int k_format(const kvq_cuda_plan *p) {
     if (!fast_dim(p->d) || p->sb != 2 || p->rot == 2) return -1;
     const int w = w_index(p->bits);
@@ -123,16 +122,16 @@ static kvqa::GenFmt gen_f16(int d) {
     F.len = d;
     return F;
 }
-/* Row of a format in k_table64 (F16, Q8, TQ2, TQ4). */
+/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4). */
 static int kd_index(int f) { return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : 3; }
 static kvqa::launch_fn fast_fn(int d, int kf, int vf) {
     if (d == D) return k_table[kf][vf];
-    return k_table64[kd_index(kf)][kd_index(vf)];
+    return (d == 64 ? k_table64 : k_table256)[kd_index(kf)][kd_index(vf)];
 }
 /* The f16 window pass of the tensor-core kernels at head dim d (fast_dim). */
 static int launch_window(int d, const kvqa::AttnParams &p, int do_launch, cudaStream_t st) {
     if (d == D) return kvq_attn_launch_window(p, do_launch, st);
-    return kvq_attn_launch_window_d64(p, do_launch, st);
+    return d == 64 ? kvq_attn_launch_window_d64(p, do_launch, st) : kvq_attn_launch_window_d256(p, do_launch, st);
 }
 static int gen_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
 
@@ -251,6 +250,39 @@ extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk
     const int tpw = kvqa::max_tiles_per_warp(L->wide);
     if (tiles_per_chunk < 0 || tiles_per_chunk % L->nw || tiles_per_chunk > tpw * L->nw) return KVQ_ERR_INVALID_ARG;
     L->force_ct = tiles_per_chunk;
+    return KVQ_OK;
+}
+
+/* For the tests and benchmarks (not in kvq_cuda.h): moves a layer's main pass to the generic kernel
+ * (the baseline of a tensor-core pair; the window pass stays as it was) and drops a forced chunking. */
+extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L) {
+    if (!L) return KVQ_ERR_NULL;
+    if (L->gen) return KVQ_OK;
+    if (!gen_dim(L->d)) return KVQ_ERR_UNSUPPORTED_DIM;
+    kvqa::GenFmt gk, gv;
+    int rc = gen_format(L->k, 0, &gk);
+    if (!rc) rc = gen_format(L->v, 1, &gv);
+    if (rc) return rc;
+    kvqa::AttnParams q;
+    memset(&q, 0, sizeof q);
+    q.d = L->d;
+    const int smem = kvqa::gen_smem_floats(L->d, gk.len) * (int)sizeof(float);
+    int occ = 0;
+    rc = kvq_attn_launch_gen(q, 0, 0, smem, &occ);
+    if (!rc && occ < 1) rc = KVQ_ERR_UNSUPPORTED;
+    if (rc) return rc;
+    L->gen = 1;
+    L->fn = NULL;
+    L->gk = gk;
+    L->gv = gv;
+    L->nlut = 0;
+    L->lut_bytes = 0;
+    L->wide = 0;
+    L->nw = kvqa::GNW;
+    L->occ = occ;
+    L->gen_smem = smem;
+    L->gen_wsmem = kvqa::gen_smem_floats(L->d, L->d) * (int)sizeof(float);
+    L->force_ct = 0;
     return KVQ_OK;
 }
 

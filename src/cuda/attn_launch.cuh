@@ -126,7 +126,7 @@ inline int chunk_tiles(int tiles, long long items, int slots, int nw, bool wide)
         return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
     }
 /* Head dims 64 and 256 (issue 17): the classic kernel for K and V in f16, q8, tq-mse:2, tq-mse:4
- * (16 pairs a head dim; attn_k_d64.cu; d = 256 instantiates and runs wrong, not built: attn.cu) and the f16 window. */
+ * (16 pairs a head dim; attn_k_d64.cu, attn_k_d256.cu) and the f16 window. */
 namespace kvqa {
 template <int DD> using KTQ2 = KTQ<2, DD>;
 template <int DD> using KTQ4 = KTQ<4, DD>;
@@ -157,6 +157,7 @@ template <int DD> int launch_window_d(const kvqa::AttnParams &p, int do_launch, 
     return launch_kernel(k, dim3(1, p.H * p.QG, p.n_seq), dim3(C::NW * 32), smem, st, false, p);
 }
 int kvq_attn_launch_window_d64(const kvqa::AttnParams &p, int do_launch, cudaStream_t st);
+int kvq_attn_launch_window_d256(const kvqa::AttnParams &p, int do_launch, cudaStream_t st);
 
 /* The generic kernel at head dim p.d (attn_gen.cu: 32, 64, 96, 128, 256; else
  * KVQ_ERR_UNSUPPORTED_DIM), smem bytes of dynamic shared memory (kvqa::gen_smem_floats); do_launch = 0

@@ -24,8 +24,10 @@ template <bool FINITE> struct OnlineSoftmax {
     float m[2] = {M0, M0}, l[2] = {0.f, 0.f}; /* running max and sum of the lane's two queries */
 
     /* sc: (token g, query 2qq), (g, 2qq + 1), (g + 8, 2qq), (g + 8, 2qq + 1), masked = -inf;
-     * rescales O (D/16 m-tiles of the V MMA's accumulator) on a new max; pr = 2^(sc - m). */
-    __device__ __forceinline__ void step(const float sc[4], float O[D / 16][4], float pr[4]) {
+     * rescales O (all MT = d/16 m-tiles of the V MMA's accumulator, taken by reference so that
+     * MT is the caller's head dim: a fixed D / 16 rescaled only half of O at d = 256, issue 17)
+     * on a new max; pr = 2^(sc - m). */
+    template <int MT> __device__ __forceinline__ void step(const float sc[4], float (&O)[MT][4], float pr[4]) {
         const float t0 = fmaxf(sc[0], sc[2]), t1 = fmaxf(sc[1], sc[3]);
         if (__any_sync(KVQ_FULL_MASK, t0 > m[0] || t1 > m[1])) {
             float x0 = t0, x1 = t1;
@@ -40,7 +42,7 @@ template <bool FINITE> struct OnlineSoftmax {
             l[0] *= al0;
             l[1] *= al1;
 #pragma unroll
-            for (int mt = 0; mt < D / 16; mt++) {
+            for (int mt = 0; mt < MT; mt++) {
                 O[mt][0] *= al0;
                 O[mt][1] *= al1;
                 O[mt][2] *= al0;

@@ -109,13 +109,26 @@ struct HostPlan {
     kvq_plan *p;
     kvq_plan_tables t;
     kvq_layout L;
+    int d; /* head dim (64, 128, 256: the tensor-core kernels' dims) */
 };
-static HostPlan host_plan(const char *spec, uint64_t seed) {
+static HostPlan host_plan(const char *spec, uint64_t seed, int d) {
     HostPlan h;
-    OK(kvq_plan_create(&h.p, spec, D, seed, NULL, 0));
+    OK(kvq_plan_create(&h.p, spec, d, seed, NULL, 0));
     OK(kvq_plan_export(h.p, &h.t));
-    h.L = kvq_layout_make(h.t.kind, D, h.t.bits, h.t.m, h.t.scale_bytes);
+    h.L = kvq_layout_make(h.t.kind, d, h.t.bits, h.t.m, h.t.scale_bytes);
+    h.d = d;
     return h;
+}
+/* swz<R>(t) for a field of R bytes a token known at run time (the sizes the kernels stage) */
+static int swz_rt(int R, int t) {
+    switch (R) {
+    case 32: return swz<32>(t);
+    case 64: return swz<64>(t);
+    case 128: return swz<128>(t);
+    case 256: return swz<256>(t);
+    case 512: return swz<512>(t);
+    }
+    return 0;
 }
 
 /* 16 records -> a staged tile region (field-major, swizzled as load_field does) */
@@ -127,11 +140,7 @@ static void stage_records(const HostPlan &h, const std::vector<uint8_t> &recs, u
         uint8_t *base = dst + 16 * h.L.off[f];
         for (int c = 0; c < R; c++) {
             const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
-            int pc = c;
-            if (R == 32) pc = c ^ swz<32>(tok);
-            if (R == 64) pc = c ^ swz<64>(tok);
-            if (R == 128) pc = c ^ swz<128>(tok);
-            if (R == 256) pc = c ^ swz<256>(tok);
+            const int pc = R >= 16 ? c ^ swz_rt(R, tok) : c;
             memcpy(base + 16 * pc, &src[16 * c], 16);
         }
     }
@@ -163,12 +172,12 @@ static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, b
         const float s = h2f((uint16_t)(rec[2 * (c / 32)] | rec[2 * (c / 32) + 1] << 8));
         return f16r(s * (float)(int8_t)rec[L.off[1] + c]);
     }
-    case KVQ_LAY_TQ: return f16r(h.t.c1[strided_get(rec + L.off[1], D, h.t.bits, c)]);
+    case KVQ_LAY_TQ: return f16r(h.t.c1[strided_get(rec + L.off[1], h.d, h.t.bits, c)]);
     case KVQ_LAY_RVQ:
-        return st ? f16r(h.t.c2[strided_get(rec + L.off[3], D, h.t.bits, c)])
-                  : f16r(h.t.c1[strided_get(rec + L.off[2], D, h.t.bits, c)]);
+        return st ? f16r(h.t.c2[strided_get(rec + L.off[3], h.d, h.t.bits, c)])
+                  : f16r(h.t.c1[strided_get(rec + L.off[2], h.d, h.t.bits, c)]);
     case KVQ_LAY_TQPROD:
-        if (st == 0) return f16r(h.t.c1[strided_get(rec + L.off[1], D, h.t.bits, c)]);
+        if (st == 0) return f16r(h.t.c1[strided_get(rec + L.off[1], h.d, h.t.bits, c)]);
         return ((rec[L.off[3] + c / 8] >> (c % 8)) & 1) ? 1.f : -1.f;
     case KVQ_LAY_QJL: return ((rec[L.off[1] + c / 8] >> (c % 8)) & 1) ? 1.f : -1.f;
     }
@@ -176,11 +185,14 @@ static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, b
     return NAN;
 }
 
+/* The K format KF (at its head dim KF::HD) against the codec's layout and records: fields, the
+ * coordinate map, every lane's decoded registers and the per-token scales. */
 template <class KF> static void host_check_k(const char *spec) {
-    HostPlan h = host_plan(spec, 11);
-    EXPECT(KF::BYTES == h.L.bytes, "%s: K format bytes %d vs layout %d", spec, KF::BYTES, h.L.bytes);
+    constexpr int D = KF::HD;
+    HostPlan h = host_plan(spec, 11, D);
+    EXPECT(KF::BYTES == h.L.bytes, "%s d=%d: K format bytes %d vs layout %d", spec, D, KF::BYTES, h.L.bytes);
     for (int f = 0; f < KF::NF && f < h.L.nfield; f++)
-        EXPECT(KF::SIZE[f] == h.L.size[f] && KF::OFF[f] == h.L.off[f], "%s: field %d", spec, f);
+        EXPECT(KF::SIZE[f] == h.L.size[f] && KF::OFF[f] == h.L.off[f], "%s d=%d: field %d", spec, D, f);
     Rng r{77};
     std::vector<float> x(16 * D);
     for (auto &v : x) v = (float)r.gauss();
@@ -201,14 +213,14 @@ template <class KF> static void host_check_k(const char *spec) {
     for (int set = 0; set < KF::NQS; set++) {
         std::vector<int> seen(D, 0);
         for (int qq = 0; qq < 4; qq++)
-            for (int reg = 0; reg < 16; reg++)
+            for (int reg = 0; reg < D / 8; reg++)
                 for (int hh = 0; hh < 2; hh++) {
                     const int c = KF::kcoord(set, qq, reg, hh);
                     if (c >= 0 && c < D) seen[c]++;
                 }
         int bad = 0;
         for (int c = 0; c < D; c++) bad += seen[c] != 1;
-        EXPECT(bad == 0, "%s: kcoord set %d is not a permutation (%d bad)", spec, set, bad);
+        EXPECT(bad == 0, "%s d=%d: kcoord set %d is not a permutation (%d bad)", spec, D, set, bad);
     }
     int bad = 0;
     for (int lane = 0; lane < 32; lane++) {
@@ -216,9 +228,9 @@ template <class KF> static void host_check_k(const char *spec) {
         for (int nt = 0; nt < 2; nt++) {
             const int tok = nt * 8 + g;
             for (int st = 0; st < KF::NSTAGE; st++) {
-                uint32_t kb[16];
+                uint32_t kb[D / 8];
                 KF::decode(tile.data(), st, lut.data(), p, tok, qq, lane * 4, kb);
-                for (int reg = 0; reg < 16; reg++)
+                for (int reg = 0; reg < D / 8; reg++)
                     for (int hh = 0; hh < 2; hh++) {
                         const int c = KF::kcoord(KF::qset(st), qq, reg, hh);
                         const float got = hh ? hhi(kb[reg]) : hlo(kb[reg]);
@@ -241,13 +253,15 @@ template <class KF> static void host_check_k(const char *spec) {
             if (gs.x != want) bad++;
         }
     }
-    EXPECT(bad == 0, "%s: %d K decode mismatches", spec, bad);
+    EXPECT(bad == 0, "%s d=%d: %d K decode mismatches", spec, D, bad);
     kvq_plan_free(h.p);
 }
 
+/* The V format VF (at its head dim VF::HD): fields, the coordinate map, every lane's A fragments. */
 template <class VF> static void host_check_v(const char *spec) {
-    HostPlan h = host_plan(spec, 12);
-    EXPECT(VF::BYTES == h.L.bytes, "%s: V format bytes %d vs layout %d", spec, VF::BYTES, h.L.bytes);
+    constexpr int D = VF::HD;
+    HostPlan h = host_plan(spec, 12, D);
+    EXPECT(VF::BYTES == h.L.bytes, "%s d=%d: V format bytes %d vs layout %d", spec, D, VF::BYTES, h.L.bytes);
     Rng r{78};
     std::vector<float> x(16 * D);
     for (auto &v : x) v = (float)r.gauss() * 3;
@@ -270,7 +284,7 @@ template <class VF> static void host_check_v(const char *spec) {
             }
     int badmap = 0;
     for (int c = 0; c < D; c++) badmap += seen[c] != 1;
-    EXPECT(badmap == 0, "%s: vcoord is not a permutation", spec);
+    EXPECT(badmap == 0, "%s d=%d: vcoord is not a permutation", spec, D);
     const bool val[2][2] = {{true, true}, {true, true}};
     int bad = 0;
     for (int lane = 0; lane < 32; lane++) {
@@ -300,7 +314,7 @@ template <class VF> static void host_check_v(const char *spec) {
             if (vs.y != want) bad++;
         }
     }
-    EXPECT(bad == 0, "%s: %d V decode mismatches", spec, bad);
+    EXPECT(bad == 0, "%s d=%d: %d V decode mismatches", spec, D, bad);
     kvq_plan_free(h.p);
 }
 
@@ -396,8 +410,8 @@ template <int DD> static void host_check_gen_dim(void) {
 static void host_checks(void) {
     /* swizzles are permutations inside a tile */
     {
-        const int Rs[4] = {32, 64, 128, 256};
-        for (int ri = 0; ri < 4; ri++) {
+        const int Rs[5] = {32, 64, 128, 256, 512};
+        for (int ri = 0; ri < 5; ri++) {
             const int R = Rs[ri];
             std::vector<int> seen(16 * R / 16, 0);
             for (int t = 0; t < 16; t++)
@@ -407,6 +421,7 @@ static void host_checks(void) {
                     if (R == 64) a = faddr<64>(t, 16 * c);
                     if (R == 128) a = faddr<128>(t, 16 * c);
                     if (R == 256) a = faddr<256>(t, 16 * c);
+                    if (R == 512) a = faddr<512>(t, 16 * c);
                     seen[a / 16]++;
                 }
             int bad = 0;
@@ -434,6 +449,23 @@ static void host_checks(void) {
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
+    /* the formats of the other head dims (issue 17) */
+    host_check_k<KF16T<64>>("f16");
+    host_check_k<KQ8T<64>>("q8");
+    host_check_k<KTQ<2, 64>>("tq-mse:2");
+    host_check_k<KTQ<4, 64>>("tq-mse:4");
+    host_check_v<VF16T<64>>("f16");
+    host_check_v<VQ8T<64>>("q8");
+    host_check_v<VTQ<2, 64>>("tq-mse:2");
+    host_check_v<VTQ<4, 64>>("tq-mse:4");
+    host_check_k<KF16T<256>>("f16");
+    host_check_k<KQ8T<256>>("q8");
+    host_check_k<KTQ<2, 256>>("tq-mse:2");
+    host_check_k<KTQ<4, 256>>("tq-mse:4");
+    host_check_v<VF16T<256>>("f16");
+    host_check_v<VQ8T<256>>("q8");
+    host_check_v<VTQ<2, 256>>("tq-mse:2");
+    host_check_v<VTQ<4, 256>>("tq-mse:4");
     host_check_gen_dim<32>();
     host_check_gen_dim<64>();
     host_check_gen_dim<96>();
@@ -583,9 +615,11 @@ struct AttnCase {
     std::vector<int> main_len, win_len;
     int force_ct = 0; /* tiles per chunk (kvq_cuda_layer_force_chunk), 0: the library's rule */
     int d = D;        /* head dim */
+    bool generic = false; /* the main pass on the generic kernel (kvq_cuda_layer_force_generic) */
 };
 /* internal (attn.cu), for the tests */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
+extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L);
 
 /* record t of head h from field-major pages */
 static void get_record(const std::vector<uint8_t> &pages, const kvq_layout &L, size_t page_bytes, size_t kv_off,
@@ -609,6 +643,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     kvq_cuda_layer *layer;
     OK(kvq_cuda_layer_create(&layer, &cfg));
     if (tc.force_ct) OK(kvq_cuda_layer_force_chunk(layer, tc.force_ct));
+    if (tc.generic) OK(kvq_cuda_layer_force_generic(layer));
     const size_t page_bytes = kvq_cuda_layer_page_bytes(layer);
     const size_t kb = kvq_plan_code_bytes(kp), vb = kvq_plan_code_bytes(vp);
     /* pages: every sequence's pages, shuffled in the pool */
@@ -931,6 +966,26 @@ static void test_attention_generic(bool quick) {
     AttnCase g96 = {"tq-mse:4", "tq-mse:2", 3, 3, 32, 0, {129, 64, 1}, {}};
     g96.d = 96;
     run_attn_case(g96, seed++, true);
+    /* the tensor-core kernels at d = 64 and 256 (issue 17): mixed K/V pairs, and many chunks with
+     * two query groups and the window (d = 256 once rescaled only half of O on a new max) */
+    const char *pfast[][2] = {{"q8", "tq-mse:2"}, {"tq-mse:4", "tq-mse:2"}, {"f16", "tq-mse:4"}, {"tq-mse:2", "q8"}};
+    for (int d : {64, 256})
+        for (auto &pr : pfast) {
+            AttnCase tc = {pr[0], pr[1], 2, 8, 64, (i % 2) ? 32 : 0, lens, wl};
+            tc.d = d;
+            i++;
+            run_attn_case(tc, seed++, true);
+        }
+    for (const char *sp : {"f16", "tq-mse:4"}) {
+        AttnCase g256 = {sp, sp, 2, 24, 64, 16, {33, 7000}, {16, 3}};
+        g256.d = 256;
+        run_attn_case(g256, seed++, true);
+    }
+    /* a tensor-core pair moved to the generic kernel (the benchmarks' baseline) */
+    AttnCase fg = {"tq-mse:4", "tq-mse:2", 2, 8, 64, 32, {1, 300, 2500}, {0, 5, 32}};
+    fg.d = 256;
+    fg.generic = true;
+    run_attn_case(fg, seed++, true);
     if (!quick) {
         AttnCase big = {"tq-mse:3", "tq-mse:3", 4, 16, 256, 64, {32768, 4097}, {64, 10}};
         big.d = 64;

@@ -133,10 +133,11 @@ def test_attend_vs_float64_on_decoded_cache(kspec, vspec, W):
 
 
 @pytest.mark.parametrize("kspec,vspec,W,d", [("tq-mse:4", "tq-mse:4", 0, 64), ("tq-mse:3", "tq-mse:3", 16, 96),
-                                             ("q8", "tq-mse:2", 8, 256), ("tq-mse:3", "tq-mse:3", 0, 128),
-                                             ("rvq:3", "tq-mse:4+scale32", 0, 64)])
-def test_attend_generic_kernel_vs_float64(kspec, vspec, W, d):
-    """Head dims 64, 96 (dense rotation), 256 and 3-bit / f32-scale records: the generic kernel (f32)."""
+                                             ("q8", "tq-mse:2", 8, 256), ("tq-mse:3", "tq-mse:2", 8, 256),
+                                             ("tq-mse:3", "tq-mse:3", 0, 128), ("rvq:3", "tq-mse:4+scale32", 0, 64)])
+def test_attend_other_head_dims_vs_float64(kspec, vspec, W, d):
+    """Head dims 64 and 256 (f16, q8, tq-mse:2/4: the tensor-core kernel, f16 inputs), 96 (dense rotation)
+    and 3-bit / f32-scale records (the generic kernel, f32)."""
     lens = [1, 300, 0, 2049, 17]
     wins = [min(W, 5), W, min(W, 3), W, 0] if W else [0] * 5
     out, ref = _layer_case(kspec, vspec, 2, 8, 64, W, lens, wins,

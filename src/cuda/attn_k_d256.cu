@@ -1,0 +1,8 @@
+/* Attention kernels at head dim 256 (issue 17, Gemma 3): K and V in f16, q8, tq-mse:2, tq-mse:4, and the f16 window. */
+#include "attn_launch.cuh"
+
+KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DEFD_K, 256)
+
+int kvq_attn_launch_window_d256(const kvqa::AttnParams &p, int do_launch, cudaStream_t st) {
+    return launch_window_d<256>(p, do_launch, st);
+}
