@@ -61,6 +61,7 @@ static void usage(FILE *f) {
             "  -b, --batch N     tokens per forward chunk, 1..65536 (default 256)\n"
             "  --text FILE       token source (default corpora/prose.txt; synthetic ids if absent)\n"
             "  --json            one JSON object per (ctx, policy)\n"
+            TOOL_WEIGHTS_USAGE
             "What is measured: see the comment at the top of tools/bench.c and docs/RESULTS.md.\n");
 }
 
@@ -77,7 +78,7 @@ typedef struct {
 } bench_pol;
 
 typedef struct {
-    const char *model, *text;
+    const char *model, *text, *weights, *keep;
     long ctx[MAX_CTX];
     int nctx, gen, prefill, rounds, threads, batch, json;
     tool_policy pols[MAX_POLICIES];
@@ -128,6 +129,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_INT, .dst = &o->batch, .min = 1, .max = 65536},
         {.names = "--text", .kind = TOOL_ARG_STR, .dst = &o->text},
         {.names = "--json", .kind = TOOL_ARG_SET, .dst = &o->json},
+        {.names = "--weights", .kind = TOOL_ARG_STR, .dst = &o->weights},
+        {.names = "--keep", .kind = TOOL_ARG_STR, .dst = &o->keep},
         TOOL_OPT_NGL,
         {0}};
     const tool_opt *tables[] = {opts, NULL};
@@ -292,6 +295,8 @@ int cmd_bench(int argc, char **argv) {
     basename_noext(o.model, mname, sizeof mname);
     if (!mc->has_tokenizer) { fprintf(stderr, "kvq bench: %s has no tokenizer\n", o.model); rc = KVQ_ERR_UNSUPPORTED; goto done; }
     if ((rc = kvq_pool_create(&pool, o.threads))) goto done;
+    if (tool_code_weights(m, o.weights, o.keep, pool, "bench", o.json)) { rc = KVQ_ERR_INVALID_ARG; goto done; }
+    kvq_model_get_info(m, &mc_info);
     logits = malloc(sizeof(float) * (size_t)mc->n_vocab);
     if (!logits) { rc = KVQ_ERR_NOMEM; goto done; }
 

@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "  -b, --batch, --batch-size N\n"
             "                         prompt tokens per forward chunk, 1..65536 (default 256)\n"
             "  --quiet                do not stream the text (speed runs)\n"
+            TOOL_WEIGHTS_USAGE
             "  -ngl N                 refused: kvq's engine runs on the CPU (GPUs: the Python/PyTorch\n"
             "                         integration, docs/TRANSFORMERS.md)\n"
             "  -r                     refused: llama.cpp's -r is --reverse-prompt, which kvq run lacks\n");
@@ -56,7 +57,7 @@ static void usage(FILE *f) {
 static const char RUN_DEFAULT_POLICY[] = "f16";
 
 typedef struct {
-    const char *model, *prompt, *file, *system, *acts;
+    const char *model, *prompt, *file, *system, *acts, *weights, *keep;
     long n_gen, n_ctx;
     int chat, interactive, threads, batch, quiet;
     tool_policy_args pa;
@@ -92,6 +93,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         {.names = "--acts", .kind = TOOL_ARG_CHOICE, .dst = &o->acts, .choices = "q8|f32"},
         {.names = "--batch|-b|--batch-size", .kind = TOOL_ARG_INT, .dst = &o->batch, .min = 0, .max = 65536},
         {.names = "--quiet", .kind = TOOL_ARG_SET, .dst = &o->quiet},
+        {.names = "--weights", .kind = TOOL_ARG_STR, .dst = &o->weights},
+        {.names = "--keep", .kind = TOOL_ARG_STR, .dst = &o->keep},
         TOOL_OPT_NGL,
         {.names = "-r|--reverse-prompt", .kind = TOOL_ARG_FAIL,
          .help = "llama.cpp's -r is --reverse-prompt, which kvq run does not have (the repetition penalty is "
@@ -305,6 +308,7 @@ int cmd_run(int argc, char **argv) {
     char pname[TOOL_POLICY_NAME];
     tool_policy_name(&o.pol, pname, sizeof pname);
     if ((rc = kvq_pool_create(&pool, o.threads))) { fprintf(stderr, "kvq run: thread pool: %s\n", kvq_strerror(rc)); goto done; }
+    if (tool_code_weights(m, o.weights, o.keep, pool, "run", o.quiet)) goto done;
     if ((rc = kvq_session_create(&r.s, m, &p, pool))) {
         fprintf(stderr, "kvq run: cache policy %s: %s\n", pname, kvq_strerror(rc));
         goto done;

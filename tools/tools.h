@@ -38,5 +38,6 @@ int tool_code_weights(struct kvq_model *m, const char *spec, const char *keep, s
     "  --weights SPEC         code the weight matrices with a kvq method at load time (tq-mse:4,\n"       \
     "                         tq-mse:3@128: @B = values per rotated block; docs/METHODS.md \"Weights\")\n" \
     "  --keep TENSORS         tensors left as stored, comma-separated name parts (default\n"              \
-    "                         token_embd,output; none = code all)\n"
+    "                         token_embd,output: a part matches from the start or a dot to the\n"\
+    "                         end, a dot or an underscore; none = code all)\n"
 #endif

@@ -14,15 +14,20 @@
 
 #define fail kvq_errf
 
-/* 1 if name contains one of the comma-separated items of keep. */
+/* 1 if an item of the comma-separated keep list names part of the tensor
+ * name: it occurs starting at the name's start or after a '.', and ends at
+ * the end, a '.' or a '_' ("output" keeps output.weight, not
+ * blk.0.attn_output.weight; "ffn" keeps every ffn_*; "blk.3" layer 3). */
 static int kept(const char *name, const char *keep) {
     const char *p = keep;
     while (*p) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
-        if (n) {
-            for (const char *s = name; *s; s++)
-                if (!strncmp(s, p, n)) return 1;
+        for (const char *s = name; n && *s; s++) {
+            if (s != name && s[-1] != '.') continue;
+            if (strncmp(s, p, n)) continue;
+            char after = s[n];
+            if (!after || after == '.' || after == '_') return 1;
         }
         if (!e) break;
         p = e + 1;
