@@ -14,7 +14,8 @@
 #include "testutil.h"
 
 static const kvq_ggml_type QTYPES[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-                                   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+                                   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                   GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL};
 static const kvq_ggml_type FTYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16};
 #define NQ (int)(sizeof QTYPES / sizeof QTYPES[0])
 #define NF (int)(sizeof FTYPES / sizeof FTYPES[0])
@@ -43,13 +44,112 @@ static void random_row(tu_rng *r, kvq_ggml_type t, int64_t n, uint8_t *row) {
         uint8_t *p = row + b * bb;
         float d = (float)(0.001 + 0.05 * tu_uniform(r)), m = (float)(0.1 * tu_gauss(r));
         switch (t) {
-        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: put_h(p, d); break;
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL: put_h(p, d); break;
+        case GGML_TYPE_Q3_K: put_h(p + 108, d * 0.02f); break;
         case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: put_h(p, d); put_h(p + 2, m); break;
         case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: put_h(p, d * 0.1f); put_h(p + 2, d * 0.05f); break;
         case GGML_TYPE_Q6_K: put_h(p + 208, d * 0.02f); break;
         default: break;
         }
     }
+}
+
+/* ---- independent decodes of q3_K and iq4_nl, from the layout text ----------- */
+/* q3_K super-block (110 bytes: hmask[32] qs[64] scales[12] d), written from
+ * the format description rather than from the library's helpers: the 16
+ * 6-bit scales are nibbles of bytes 0..7 (low nibbles: scales 0..7, high
+ * nibbles: 8..15) completed by the 2-bit fields of bytes 8..11 (field f of
+ * byte 8 + i is the top of scale 4f + i); value v's 3rd bit is bit v/32 of
+ * hmask[v%32]; its 2 low bits are field (v%128)/32 of qs[32*(v/128) + v%32]. */
+static void decode_q3_K(const uint8_t *b, float *y) {
+    const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+    uint16_t hd;
+    memcpy(&hd, b + 108, 2);
+    float d = kvq_f16_to_f32(hd);
+    int scale[16];
+    for (int i = 0; i < 8; i++) {
+        scale[i] = sc[i] & 0x0F;
+        scale[i + 8] = sc[i] >> 4;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int f = 0; f < 4; f++) scale[4 * f + i] |= ((sc[8 + i] >> (2 * f)) & 3) << 4;
+    for (int v = 0; v < 256; v++) {
+        int low = (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+        int high = (hmask[v % 32] >> (v / 32)) & 1;
+        y[v] = d * (float)(scale[v / 16] - 32) * (float)(low + 4 * high - 4);
+    }
+}
+
+/* iq4_nl block (18 bytes: d, qs[16]): the level table written out again. */
+static void decode_iq4_nl(const uint8_t *b, float *y) {
+    static const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    uint16_t hd;
+    memcpy(&hd, b, 2);
+    float d = kvq_f16_to_f32(hd);
+    for (int i = 0; i < 32; i++) y[i] = d * (float)levels[(b[2 + i % 16] >> (4 * (i / 16))) & 0xF];
+}
+
+static void test_decode_independent(tu_rng *r) {
+    const int64_t n = 1024;
+    uint8_t row[1024];
+    float y[1024], want[1024];
+    int bad3 = 0, badnl = 0;
+    for (int it = 0; it < 50; it++) {
+        random_row(r, GGML_TYPE_Q3_K, n, row);
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q3_K, row, y, n));
+        for (int b = 0; b < n / 256; b++) decode_q3_K(row + 110 * b, want + 256 * b);
+        for (int64_t i = 0; i < n; i++) bad3 += y[i] != want[i];
+        random_row(r, GGML_TYPE_IQ4_NL, n, row);
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_IQ4_NL, row, y, n));
+        for (int b = 0; b < n / 32; b++) decode_iq4_nl(row + 18 * b, want + 32 * b);
+        for (int64_t i = 0; i < n; i++) badnl += y[i] != want[i];
+    }
+    CHECK(bad3 == 0, "q3_K dequant vs independent decode: %d values differ", bad3);
+    CHECK(badnl == 0, "iq4_nl dequant vs independent decode: %d values differ", badnl);
+    CHECK(kvq_ggml_row_bytes(GGML_TYPE_Q3_K, 512) == 220 && kvq_ggml_row_bytes(GGML_TYPE_IQ4_NL, 576) == 324,
+          "q3_K / iq4_nl row bytes");
+    CHECK(kvq_ggml_type_supported(GGML_TYPE_Q3_K) && kvq_ggml_type_supported(GGML_TYPE_IQ4_NL) &&
+          kvq_ggml_type_uses_q8a(GGML_TYPE_Q3_K) && kvq_ggml_type_uses_q8a(GGML_TYPE_IQ4_NL), "q3_K / iq4_nl supported");
+    CHECK(strcmp(kvq_ggml_type_name(GGML_TYPE_Q3_K), "q3_K") == 0 && strcmp(kvq_ggml_type_name(GGML_TYPE_IQ4_NL), "iq4_nl") == 0,
+          "names");
+}
+
+/* IQ4_NL's extreme levels against full-scale activations: the pair sums
+ * 2 * 241 * 127 of an unsigned-code vpmaddubsw would saturate int16; every
+ * kernel table must still match the scalar reference. */
+static void test_iq4_nl_extremes(void) {
+    const int64_t n = 256;
+    uint8_t row[8 * 18];
+    float x[GGML_MAX_NX * 256];
+    size_t rb = kvq_ggml_q8a_row_bytes(n);
+    uint8_t *act = malloc(rb * GGML_MAX_NX);
+    for (int b = 0; b < 8; b++) {
+        put_h(row + 18 * b, 0.01f * (float)(b + 1));
+        memset(row + 18 * b + 2, b % 2 ? 0xFF : 0x00, 16); /* level 113 everywhere, or -127 */
+    }
+    for (int k = 0; k < GGML_MAX_NX; k++) {
+        for (int64_t i = 0; i < n; i++) x[k * n + i] = k % 2 ? 1.0f : (i % 64 < 32 ? 1.0f : -1.0f);
+        kvq_ggml_quantize_q8a_row(x + k * n, n, act + k * rb);
+    }
+    float ref[GGML_MAX_NX];
+    kvq_ggml_kernels_scalar()->dot[GGML_TYPE_IQ4_NL](n, row, act, rb, GGML_MAX_NX, ref);
+    /* exact: sum_b d_b * level_b * 32 * (+-1) with q = +-127, dx = 1/127 */
+    double want1 = 0;
+    for (int b = 0; b < 8; b++) want1 += (double)kvq_f16_to_f32(kvq_f32_to_f16(0.01f * (float)(b + 1))) * (b % 2 ? 113 : -127) * 32;
+    CHECK(fabs(ref[1] - want1) < 1e-4 * fabs(want1), "iq4_nl extremes: scalar %g want %g", ref[1], want1);
+    const kvq_ggml_kernels *tabs[8];
+    int ntab = kvq_ggml_kernels_all(tabs, 8);
+    for (int ti = 1; ti < ntab; ti++) {
+        float got[GGML_MAX_NX];
+        tabs[ti]->dot[GGML_TYPE_IQ4_NL](n, row, act, rb, GGML_MAX_NX, got);
+        double worst = 0;
+        for (int k = 0; k < GGML_MAX_NX; k++) {
+            double e = fabs(got[k] - ref[k]) / (fabs(ref[k]) + 1e-3);
+            if (e > worst) worst = e;
+        }
+        CHECK(worst < 1e-5, "%s iq4_nl extremes vs scalar rel err %g", tabs[ti]->name, worst);
+    }
+    free(act);
 }
 
 /* ---- hand-computed dequantization ---------------------------------------- */
@@ -148,6 +248,32 @@ static void test_dequant_hand(void) {
         uint16_t bf[2] = {0x3F80, 0x4040}; /* 1, 3 */
         CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_BF16, bf, y, 2));
         CHECK(y[0] == 1.0f && y[1] == 3.0f, "bf16");
+    }
+    { /* q3_K: d = 0.5; scale 5 = (scales[5] & 15) | ((scales[9] >> 2) & 3) << 4 = 3 | 2 << 4 = 35 -> +3;
+       * value 80 (h 0, k 2, l 16: in scale 5): qs[16] bits 4..5 = 1, hmask[16] bit 2 set -> code 5 -> +1;
+       * scale 14 = (scales[6] >> 4) | ((scales[10] >> 6) & 3) << 4 = 1 | 0 -> -31;
+       * value 230 (h 1, k 3, l 6: scale 14): qs[38] bits 6..7 = 2, hmask[6] bit 7 clear -> code 2 -> -2 */
+        block_q3_K b;
+        memset(&b, 0, sizeof b);
+        put_h((uint8_t *)&b.d, 0.5f);
+        b.scales[5] = 3;
+        b.scales[9] = 2 << 2;
+        b.scales[6] = 1 << 4;
+        b.qs[16] = 1 << 4;
+        b.hmask[16] = 1 << 2;
+        b.qs[32 + 6] = 2 << 6;
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_Q3_K, &b, y, 256));
+        CHECK(y[80] == 0.5f * 3 * 1, "q3_K value 80: %g", y[80]);
+        CHECK(y[230] == 0.5f * -31 * -2, "q3_K value 230: %g", y[230]);
+        CHECK(y[0] == 0.5f * -32 * -4, "q3_K value 0: %g", y[0]); /* scale 0 = 0 -> -32, code 0 -> -4 */
+    }
+    { /* iq4_nl: d = 0.25; qs[3] = 0xF0: value 3 level[0] = -127, value 19 level[15] = 113 */
+        block_iq4_nl b;
+        memset(&b, 0x88, sizeof b);
+        put_h((uint8_t *)&b.d, 0.25f);
+        b.qs[3] = 0xF0;
+        CHECK_OK(kvq_ggml_dequant_row(GGML_TYPE_IQ4_NL, &b, y, 32));
+        CHECK(y[3] == 0.25f * -127 && y[19] == 0.25f * 113 && y[0] == 0.25f * 1, "iq4_nl %g %g %g", y[3], y[19], y[0]);
     }
     CHECK(kvq_ggml_dequant_row(GGML_TYPE_Q4_K, y, y, 100) == KVQ_ERR_INVALID_ARG, "n not a block multiple");
     CHECK(kvq_ggml_dequant_row(GGML_TYPE_Q2_K, y, y, 256) == KVQ_ERR_UNSUPPORTED, "q2_K unsupported");
@@ -430,6 +556,8 @@ int main(void) {
     const kvq_ggml_kernels *best = kvq_ggml_kernels_for(KVQ_ISA_BEST);
     printf("best kernels: %s\n", best->name);
     test_dequant_hand();
+    test_decode_independent(&r);
+    test_iq4_nl_extremes();
     test_unpack_vs_dequant(&r);
     test_quantize(&r);
     test_dots(&r);

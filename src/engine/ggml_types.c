@@ -27,7 +27,13 @@ static const type_info TYPES[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q4_K] = {"q4_K", 256, 144, 1, 1},
     [GGML_TYPE_Q5_K] = {"q5_K", 256, 176, 1, 1},
     [GGML_TYPE_Q6_K] = {"q6_K", 256, 210, 1, 1},
+    [GGML_TYPE_Q3_K] = {"q3_K", 256, 110, 1, 1},
+    [GGML_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, 1, 1},
 };
+
+/* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL (a fixed non-uniform grid,
+ * denser near 0, fitted to the weights' roughly Gaussian distribution). */
+const int8_t kvq_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static const type_info *info(kvq_ggml_type t) {
     return (unsigned)t < GGML_TYPE_COUNT && TYPES[t].name ? &TYPES[t] : NULL;
@@ -57,6 +63,21 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
         *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+/* Signed 6-bit scale s (0..15) of a q3_K super-block, -32..31 (layout in
+ * ggml_types.h: low nibble from scales[s % 8], high 2 bits from
+ * scales[8 + s % 4] at bit 2*(s/4)). */
+static int scale_q3_K(const uint8_t *scales, int s) {
+    int lo = (scales[s % 8] >> (4 * (s / 8))) & 0xF;
+    int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* 3-bit code (0..7) of value v (< 256) of a q3_K super-block. */
+static int code_q3_K(const block_q3_K *x, int v) {
+    int h = v / 128, k = (v % 128) / 32, l = v % 32;
+    return ((x->qs[32 * h + l] >> (2 * k)) & 3) | ((x->hmask[l] >> (4 * h + k)) & 1) << 2;
 }
 
 int kvq_ggml_dequant_row(kvq_ggml_type t, const void *src, float *y, int64_t n) {
@@ -184,6 +205,24 @@ int kvq_ggml_dequant_row(kvq_ggml_type t, const void *src, float *y, int64_t n) 
             }
         }
         break;
+    case GGML_TYPE_Q3_K:
+        for (int64_t b = 0; b < nb; b++, y += 256) {
+            const block_q3_K *x = (const block_q3_K *)src + b;
+            float d = h2f(x->d);
+            for (int v = 0; v < 256; v++)
+                y[v] = d * (float)scale_q3_K(x->scales, v / 16) * (float)(code_q3_K(x, v) - 4);
+        }
+        break;
+    case GGML_TYPE_IQ4_NL:
+        for (int64_t b = 0; b < nb; b++, y += 32) {
+            const block_iq4_nl *x = (const block_iq4_nl *)src + b;
+            float d = h2f(x->d);
+            for (int l = 0; l < 16; l++) {
+                y[l] = d * (float)kvq_iq4nl_values[x->qs[l] & 0xF];
+                y[l + 16] = d * (float)kvq_iq4nl_values[x->qs[l] >> 4];
+            }
+        }
+        break;
     default: return KVQ_ERR_UNSUPPORTED;
     }
     return KVQ_OK;
@@ -273,6 +312,28 @@ void kvq_ggml_unpack32(kvq_ggml_type t, const void *row, int64_t j, uint8_t u[32
             scale[half] = d * (float)x->scales[8 * h + 2 * k + half];
             min[half] = -32.0f * scale[half];
         }
+        break;
+    }
+    case GGML_TYPE_Q3_K: { /* w = d*(sc-32)*(code-4): scale_h = d*(sc_h-32), min_h = -4*scale_h */
+        const block_q3_K *x = (const block_q3_K *)row + j / 8;
+        int sb = (int)(j % 8);
+        for (int l = 0; l < 32; l++) u[l] = (uint8_t)code_q3_K(x, 32 * sb + l);
+        float d = h2f(x->d);
+        for (int half = 0; half < 2; half++) {
+            scale[half] = d * (float)scale_q3_K(x->scales, 2 * sb + half);
+            min[half] = -4.0f * scale[half];
+        }
+        break;
+    }
+    case GGML_TYPE_IQ4_NL: { /* u = table value + 128 (1..241), w = d*u - 128d */
+        const block_iq4_nl *x = (const block_iq4_nl *)row + j;
+        float d = h2f(x->d);
+        for (int l = 0; l < 16; l++) {
+            u[l] = (uint8_t)(kvq_iq4nl_values[x->qs[l] & 0xF] + 128);
+            u[l + 16] = (uint8_t)(kvq_iq4nl_values[x->qs[l] >> 4] + 128);
+        }
+        scale[0] = scale[1] = d;
+        min[0] = min[1] = -128.0f * d;
         break;
     }
     default:
@@ -392,6 +453,8 @@ REF_Q8A(GGML_TYPE_Q8_0, ref_q8_0)
 REF_Q8A(GGML_TYPE_Q4_K, ref_q4_K)
 REF_Q8A(GGML_TYPE_Q5_K, ref_q5_K)
 REF_Q8A(GGML_TYPE_Q6_K, ref_q6_K)
+REF_Q8A(GGML_TYPE_Q3_K, ref_q3_K)
+REF_Q8A(GGML_TYPE_IQ4_NL, ref_iq4_nl)
 #define REF_QF(T, name) \
     static void name(int64_t n, const void *w, const void *a, size_t s, int nx, float *o) { dotf_ref(T, n, w, a, s, nx, o); }
 REF_QF(GGML_TYPE_Q4_0, reff_q4_0)
@@ -402,6 +465,8 @@ REF_QF(GGML_TYPE_Q8_0, reff_q8_0)
 REF_QF(GGML_TYPE_Q4_K, reff_q4_K)
 REF_QF(GGML_TYPE_Q5_K, reff_q5_K)
 REF_QF(GGML_TYPE_Q6_K, reff_q6_K)
+REF_QF(GGML_TYPE_Q3_K, reff_q3_K)
+REF_QF(GGML_TYPE_IQ4_NL, reff_iq4_nl)
 REF_F(GGML_TYPE_F32, ref_f32)
 REF_F(GGML_TYPE_F16, ref_f16)
 REF_F(GGML_TYPE_BF16, ref_bf16)
@@ -412,12 +477,14 @@ static const kvq_ggml_kernels SCALAR = {
         [GGML_TYPE_F32] = ref_f32, [GGML_TYPE_F16] = ref_f16, [GGML_TYPE_BF16] = ref_bf16,
         [GGML_TYPE_Q4_0] = ref_q4_0, [GGML_TYPE_Q4_1] = ref_q4_1, [GGML_TYPE_Q5_0] = ref_q5_0,
         [GGML_TYPE_Q5_1] = ref_q5_1, [GGML_TYPE_Q8_0] = ref_q8_0, [GGML_TYPE_Q4_K] = ref_q4_K,
-        [GGML_TYPE_Q5_K] = ref_q5_K, [GGML_TYPE_Q6_K] = ref_q6_K,
+        [GGML_TYPE_Q5_K] = ref_q5_K, [GGML_TYPE_Q6_K] = ref_q6_K, [GGML_TYPE_Q3_K] = ref_q3_K,
+        [GGML_TYPE_IQ4_NL] = ref_iq4_nl,
     },
     .dotf = {
         [GGML_TYPE_Q4_0] = reff_q4_0, [GGML_TYPE_Q4_1] = reff_q4_1, [GGML_TYPE_Q5_0] = reff_q5_0,
         [GGML_TYPE_Q5_1] = reff_q5_1, [GGML_TYPE_Q8_0] = reff_q8_0, [GGML_TYPE_Q4_K] = reff_q4_K,
-        [GGML_TYPE_Q5_K] = reff_q5_K, [GGML_TYPE_Q6_K] = reff_q6_K,
+        [GGML_TYPE_Q5_K] = reff_q5_K, [GGML_TYPE_Q6_K] = reff_q6_K, [GGML_TYPE_Q3_K] = reff_q3_K,
+        [GGML_TYPE_IQ4_NL] = reff_iq4_nl,
     },
     .quantize_q8a = kvq_ggml_quantize_q8a_row,
 };

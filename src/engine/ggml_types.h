@@ -37,6 +37,7 @@ typedef enum kvq_ggml_type {
     GGML_TYPE_Q5_K = 13,
     GGML_TYPE_Q6_K = 14,
     GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_IQ4_NL = 20,
     GGML_TYPE_I8 = 24,
     GGML_TYPE_I16 = 25,
     GGML_TYPE_I32 = 26,
@@ -111,6 +112,29 @@ typedef struct {
  * 32k + l (k < 4, l < 32) has low bits ql[l + 32*(k&1)] >> (4*(k>>1)) & 15
  * and high bits (qh[l] >> 2k) & 3. */
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
+typedef struct {
+    uint8_t hmask[QK_K / 8];       /* 3rd bits: value v has bit v/32 of hmask[v%32] */
+    uint8_t qs[QK_K / 4];          /* low 2 bits */
+    uint8_t scales[K_SCALE_SIZE];  /* 16 x 6-bit scales, offset by 32, packed */
+    uint16_t d;
+} block_q3_K;
+/* 110 B / 256 = 3.4375 bpw. Value v = 128h + 32k + l (h < 2, k < 4, l < 32):
+ * code = ((qs[32h + l] >> 2k) & 3) | ((hmask[l] >> (4h + k)) & 1) << 2 (0..7),
+ * w = d * (sc_{v/16} - 32) * (code - 4). 6-bit scale s (s < 16): low 4 bits
+ * are the low nibble of scales[s % 8] for s < 8, its high nibble for s >= 8;
+ * high 2 bits are bits 2*(s/4) .. 2*(s/4)+1 of scales[8 + s % 4]. (ggml's
+ * dequantize_row_q3_K: a set hmask bit means code >= 4, i.e. nothing
+ * subtracted from the 2-bit value, a clear one subtracts 4.) */
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
+
+#define QK4_NL 32
+typedef struct { uint16_t d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+/* 18 B / 32 = 4.5 bpw. w = d * kvq_iq4nl_values[nibble], nibble order as
+ * q4_0 (value l < 16 the low nibble of qs[l], l + 16 the high nibble). The
+ * table is ggml's fixed non-uniform 4-bit grid (kvalues_iq4nl). */
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+extern const int8_t kvq_iq4nl_values[16];
 
 /* ------------------------------------------------------------------------ */
 /* Types, sizes, scalar reference                                           */

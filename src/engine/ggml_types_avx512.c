@@ -72,6 +72,14 @@ TGT AI __m512i unpack_pair(const int T, const void *w, int64_t j, float *d, floa
         m[0] = ld_h(&x[0].m); m[1] = ld_h(&x[1].m);
         return _mm512_or_si512(nibbles_pair(x[0].qs, x[1].qs), join256(bits_to_0x10(x[0].qh), bits_to_0x10(x[1].qh)));
     }
+    case GGML_TYPE_IQ4_NL: { /* level + 128 through a vpshufb of the offset table */
+        const block_iq4_nl *x = (const block_iq4_nl *)w + j;
+        d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
+        m[0] = -128.0f * d[0]; m[1] = -128.0f * d[1];
+        __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)kvq_iq4nl_values));
+        tab = _mm512_xor_si512(tab, _mm512_set1_epi8((char)0x80));
+        return _mm512_shuffle_epi8(tab, nibbles_pair(x[0].qs, x[1].qs));
+    }
     default: { /* Q8_0 */
         const block_q8_0 *x = (const block_q8_0 *)w + j;
         d[0] = ld_h(&x[0].d); d[1] = ld_h(&x[1].d);
@@ -191,6 +199,46 @@ TGT AI void k512_q6_K(int64_t n, const void *w, const void *act, size_t stride, 
     for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(macc[r]);
 }
 
+/* q3_K: sub-blocks 4h + 2p and 4h + 2p + 1 in one register: codes of
+ * [qs >> 4p, qs >> (4p + 2)] with 3rd bits [hm >> (4h + 2p), hm >> (4h + 2p + 1)]. */
+TGT AI void k512_q3_K(int64_t n, const void *w, const void *act, size_t stride, const int nx, float *out) {
+    acts8 a = ACTS8(act, stride, n);
+    __m512 acc[GGML_MAX_NX];
+    __m256 macc[GGML_MAX_NX];
+    float mw[CHUNK_BLOCKS], mw0[CHUNK_BLOCKS];
+    for (int r = 0; r < nx; r++) { acc[r] = _mm512_setzero_ps(); macc[r] = _mm256_setzero_ps(); }
+    const __m512i m2 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    int64_t nsb = n / QK_K;
+    for (int64_t b0 = 0; b0 < nsb; b0 += CHUNK_BLOCKS / 8) {
+        int cnt = (int)(nsb - b0 < CHUNK_BLOCKS / 8 ? nsb - b0 : CHUNK_BLOCKS / 8);
+        for (int bi = 0; bi < cnt; bi++) {
+            const block_q3_K *x = (const block_q3_K *)w + b0 + bi;
+            float ws[16];
+            q3k_scales(x->scales, ld_h(&x->d), ws);
+            __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
+            __m512i zh = join256(hm, _mm256_srli_epi16(hm, 1)); /* [hm, hm >> 1] */
+            for (int h = 0; h < 2; h++) {
+                __m256i qs = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
+                __m512i zq = join256(qs, _mm256_srli_epi16(qs, 2)); /* [qs, qs >> 2] */
+                for (int p = 0; p < 2; p++) { /* sub-blocks k = 2p, 2p + 1 */
+                    __m512i lo = _mm512_and_si512(_mm512_srli_epi16(zq, 4 * p), m2);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(zh, 4 * h + 2 * p), one);
+                    __m512i u = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
+                    const float *s = ws + 8 * h + 4 * p;
+                    int i = 8 * bi + 4 * h + 2 * p;
+                    mw[i] = -4.0f * s[1];
+                    mw0[i] = -4.0f * (s[0] - s[1]);
+                    mw[i + 1] = -4.0f * s[3];
+                    mw0[i + 1] = -4.0f * (s[2] - s[3]);
+                    pair_block(u, spread4(s[0], s[1], s[2], s[3]), &a, 8 * (b0 + bi) + 4 * h + 2 * p, nx, acc);
+                }
+            }
+        }
+        add_mins(&a, 8 * b0, 8 * cnt, mw, mw0, nx, macc);
+    }
+    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum8(macc[r]);
+}
+
 #define Q4_0_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q4_0, n, w, a, s, nx, o)
 #define Q4_1_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q4_1, n, w, a, s, nx, o)
 #define Q5_0_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q5_0, n, w, a, s, nx, o)
@@ -206,6 +254,9 @@ INSTANTIATE(dot512_q8_0, Q8_0_512)
 INSTANTIATE(dot512_q4_K, Q4_K_512)
 INSTANTIATE(dot512_q5_K, Q5_K_512)
 INSTANTIATE(dot512_q6_K, k512_q6_K)
+INSTANTIATE(dot512_q3_K, k512_q3_K)
+#define IQ4_NL_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_IQ4_NL, n, w, a, s, nx, o)
+INSTANTIATE(dot512_iq4_nl, IQ4_NL_512)
 
 /* The 256-bit VNNI kernels, as a table of their own (tests). */
 static const kvq_ggml_kernels KERNELS256 = {
@@ -214,7 +265,8 @@ static const kvq_ggml_kernels KERNELS256 = {
         [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
         [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q4_1] = dot_q4_1, [GGML_TYPE_Q5_0] = dot_q5_0,
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_K] = dot_q4_K,
-        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K, [GGML_TYPE_Q3_K] = dot_q3_K,
+        [GGML_TYPE_IQ4_NL] = dot_iq4_nl,
     },
     .dotf = DOTF_TABLE,
     .quantize_q8a = quantize_q8a,
@@ -228,7 +280,8 @@ static const kvq_ggml_kernels KERNELS = {
         [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
         [GGML_TYPE_Q4_0] = dot512_q4_0, [GGML_TYPE_Q4_1] = dot512_q4_1, [GGML_TYPE_Q5_0] = dot512_q5_0,
         [GGML_TYPE_Q5_1] = dot512_q5_1, [GGML_TYPE_Q8_0] = dot512_q8_0, [GGML_TYPE_Q4_K] = dot512_q4_K,
-        [GGML_TYPE_Q5_K] = dot512_q5_K, [GGML_TYPE_Q6_K] = dot512_q6_K,
+        [GGML_TYPE_Q5_K] = dot512_q5_K, [GGML_TYPE_Q6_K] = dot512_q6_K, [GGML_TYPE_Q3_K] = dot512_q3_K,
+        [GGML_TYPE_IQ4_NL] = dot512_iq4_nl,
     },
     .dotf = DOTF_TABLE,
     .quantize_q8a = quantize_q8a,

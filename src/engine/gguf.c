@@ -54,6 +54,7 @@ static const type_geom GEOM[] = {
     [GGML_TYPE_Q5_K] = {"q5_K", 256, 176},
     [GGML_TYPE_Q6_K] = {"q6_K", 256, 210},
     [GGML_TYPE_Q8_K] = {"q8_K", 256, 292},
+    [GGML_TYPE_IQ4_NL] = {"iq4_nl", 32, 18},
     [GGML_TYPE_I8] = {"i8", 1, 1},
     [GGML_TYPE_I16] = {"i16", 1, 2},
     [GGML_TYPE_I32] = {"i32", 1, 4},
