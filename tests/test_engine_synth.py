@@ -4,8 +4,10 @@ reference (scripts/ref_forward.py).
 
 Covers what the real models do not: the qwen2 architecture (biases, NEOX rope,
 no real model installable here), a separate output matrix, every supported
-weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K:
-K-quants as random valid blocks since gguf-py cannot quantize them), Gemma 3
+weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K,
+Q6_K, IQ4_NL: Q4_K..Q6_K as random valid blocks since gguf-py cannot quantize
+them, Q3_K and IQ4_NL as Gaussian values rounded to nearest by the small
+quantizers here, the reference decoding them with gguf-py), Gemma 3
 sliding-window layers with a window of 4 over 20 tokens, and forward chunks
 (--batch) smaller than the prompt. Engine run: f32 activations, f32 cache;
 tolerance 1e-4 of the row's largest logit. The fast path (int8 activations)
@@ -25,14 +27,50 @@ NAME = "test_engine_synth"
 TOL = 1e-4
 
 
+IQ4NL_LEVELS = None  # ggml's kvalues_iq4nl, set in main (needs numpy)
+
+
+def q3k_block(rng, np):
+    """A Q3_K super-block (hmask[32] qs[64] scales[12] f16 d) quantizing 256 Gaussian values
+    (a simple round-to-nearest, zero-mean like real weights; random code bytes are not):
+    16-value scale s = d * (sc_s - 32), code = round(x / s) + 4 in 0..7; value v's code has
+    its 2 low bits at field (v % 128) / 32 of qs[32 * (v / 128) + v % 32] and its 3rd bit at
+    bit v / 32 of hmask[v % 32]; 6-bit sc_s: low nibble in scales[s % 8] (nibble s / 8), high
+    2 bits in scales[8 + s % 4] at bit 2 * (s / 4)."""
+    x = rng.standard_normal(256) * 0.06
+    amax = np.abs(x.reshape(16, 16)).max(1) / 4
+    d = float(np.float16(amax.max() / 31))
+    sc = np.clip(np.round(amax / d), 1, 31).astype(np.int64) + 32
+    code = np.clip(np.round(x / (d * (sc.repeat(16) - 32))), -4, 3).astype(np.int64) + 4
+    hmask = np.zeros(32, np.int64)
+    qs = np.zeros(64, np.int64)
+    scales = np.zeros(12, np.int64)
+    for v in range(256):
+        qs[32 * (v // 128) + v % 32] |= (code[v] & 3) << (2 * ((v % 128) // 32))
+        hmask[v % 32] |= (code[v] >> 2) << (v // 32)
+    for i in range(16):
+        scales[i % 8] |= (sc[i] & 15) << (4 * (i // 8))
+        scales[8 + i % 4] |= (sc[i] >> 4) << (2 * (i // 4))
+    f16d = np.array([d], dtype=np.float16).view(np.uint8)
+    return np.concatenate([hmask.astype(np.uint8), qs.astype(np.uint8), scales.astype(np.uint8), f16d])
+
+
 def kquant_blocks(rng, rows, cols, qtype, np, T):
-    """Random valid K-quant blocks (rows x cols/256 blocks) as uint8 (rows, bytes)."""
-    nb = cols // 256
+    """Random valid K-quant / IQ4_NL blocks (rows x cols/block blocks) as uint8 (rows, bytes)."""
+    nb = cols // (32 if qtype == T.IQ4_NL else 256)
     f16 = lambda v: np.array(v, dtype=np.float16).view(np.uint8)  # noqa: E731
     out = []
     for _ in range(rows * nb):
         if qtype == T.Q4_K:
             b = np.concatenate([f16([0.004, 0.002]), rng.integers(0, 256, 12 + 128, dtype=np.uint8)])
+        elif qtype == T.Q3_K:
+            b = q3k_block(rng, np)
+        elif qtype == T.IQ4_NL:  # d, 32 nibbles: Gaussian values to the nearest level (zero mean, unlike
+            # uniform random nibbles, whose mean level -5.9 makes every matrix nearly rank-one)
+            x = rng.standard_normal(32)
+            d = float(np.abs(x).max()) / 127 * 0.06
+            idx = np.abs(x[:, None] * 0.06 / d - IQ4NL_LEVELS[None, :]).argmin(1).astype(np.uint8)
+            b = np.concatenate([f16([d]), idx[:16] | (idx[16:] << 4)])
         elif qtype == T.Q5_K:
             b = np.concatenate([f16([0.002, 0.001]), rng.integers(0, 256, 12 + 32 + 128, dtype=np.uint8)])
         else:  # Q6_K: ql, qh, scales (int8), d
@@ -44,7 +82,7 @@ def kquant_blocks(rng, rows, cols, qtype, np, T):
 
 def add_weight(w, rng, name, rows, cols, qtype, np, gguf, scale=0.06):
     T = gguf.GGMLQuantizationType
-    if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
+    if qtype in (T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL):
         w.add_tensor(name, kquant_blocks(rng, rows, cols, qtype, np, T), raw_dtype=qtype)
         return
     x = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
@@ -60,7 +98,7 @@ def add_vec(w, rng, name, n, np, base=1.0, spread=0.1):
     w.add_tensor(name, (base + spread * rng.standard_normal(n)).astype(np.float32))
 
 
-def build(path, arch, seed, np, gguf):
+def build(path, arch, seed, np, gguf, newer=False):
     T = gguf.GGMLQuantizationType
     rng = np.random.default_rng(seed)
     E, H, HKV, HD, F, V = 256, 4, 2, 64, 512, 320
@@ -80,8 +118,13 @@ def build(path, arch, seed, np, gguf):
         w.add_float32(f"{arch}.rope.freq_base", 1e6)
     else:
         w.add_float32(f"{arch}.rope.freq_base", 10000.0 if arch == "llama" else 1e6)
-    # weight types rotate over the layers so that every type is used
+    # weight types rotate over the layers so that every type is used; the types added later
+    # (Q3_K, IQ4_NL) go in models of their own, the first models staying as they were (the
+    # 13-type rotation at seed 3 makes one token of that gemma3 model ill-conditioned: 7.6e-4
+    # from the reference with F32 weights in the Q3_K slots, ~1e-4 elsewhere)
     types = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.F16, T.F32, T.BF16]
+    if newer:
+        types = [T.Q3_K, T.IQ4_NL, T.Q4_K, T.IQ4_NL, T.Q3_K, T.F16, T.Q6_K]
     k = seed % len(types)
 
     def nxt():
@@ -137,11 +180,14 @@ def main() -> int:
     import gguf
     import numpy as np
 
+    global IQ4NL_LEVELS
+    IQ4NL_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
     failures = 0
     with tempfile.TemporaryDirectory(prefix="kvq_synth_") as tmp:
-        for arch, seed in (("llama", 1), ("qwen2", 2), ("gemma3", 3), ("llama", 6), ("qwen2", 9)):
+        for arch, seed, newer in (("llama", 1, 0), ("qwen2", 2, 0), ("gemma3", 3, 0), ("llama", 6, 0), ("qwen2", 9, 0),
+                                  ("llama", 11, 1), ("qwen2", 12, 1), ("gemma3", 13, 1)):
             path = os.path.join(tmp, f"{arch}-{seed}.gguf")
-            V = build(path, arch, seed, np, gguf)
+            V = build(path, arch, seed, np, gguf, newer)
             tokens = [int(t) for t in np.random.default_rng(seed + 100).integers(0, V, 20)]
             ref = rf.forward(rf.Model(path), tokens)
             for label, extra, tol in (("f32 acts", ["--acts", "f32"], TOL),

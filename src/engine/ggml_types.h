@@ -6,7 +6,8 @@
  * Every quantized block type decomposes, per 32-value sub-block, into
  * unsigned integer codes u (0..255) and an affine map per half (16 values):
  *     w[l] = scale_h * u[l] + min_h,   h = l / 16
- * (Q4_0: scale d, min -8d; Q4_1: d, m; Q6_K: d*sc, -32*d*sc; ...). With the
+ * (Q4_0: scale d, min -8d; Q4_1: d, m; Q6_K: d*sc, -32*d*sc; Q3_K: d*(sc-32),
+ * -4*d*(sc-32); IQ4_NL: u = level + 128, d, -128d; ...). With the
  * activations quantized as x[l] = dx * q[l] (q int8, one dx per 32 values),
  *     sum_l w[l] x[l] = dx * sum_h scale_h * (sum_{l in h} u[l] q[l]) + sum_h min_h * s_h
  * where s_h = dx * sum_{l in h} q[l] is stored with the activation row. The
