@@ -41,6 +41,7 @@
 #include "tools.h"
 
 #define MAX_POLICIES 64
+#define MAX_MODELS 8
 #define MAX_CTX 32
 #define MAX_ROUNDS 64
 
@@ -61,6 +62,9 @@ static void usage(FILE *f) {
             "  -b, --batch N     tokens per forward chunk, 1..65536 (default 256)\n"
             "  --text FILE       token source (default corpora/prose.txt; synthetic ids if absent)\n"
             "  --json            one JSON object per (ctx, policy)\n"
+            "  --models \"E ...\"  more weights, each run with every policy in the same rounds: a\n"
+            "                    weight spec (-m coded with it) or another GGUF of the same model\n"
+            "                    (e.g. re-quantized); ratios stay relative to f16 on -m's weights\n"
             TOOL_WEIGHTS_USAGE
             "What is measured: see the comment at the top of tools/bench.c and docs/RESULTS.md.\n");
 }
@@ -75,10 +79,12 @@ typedef struct {
     double pre_t, gen_t;
     double round_ms[MAX_ROUNDS];
     int n_round_ms;
+    const kvq_model *m;   /* the weights this entry runs on */
+    char wlabel[48];      /* "" (as stored, or --weights), else the --models entry */
 } bench_pol;
 
 typedef struct {
-    const char *model, *text, *weights, *keep;
+    const char *model, *text, *weights, *keep, *models;
     long ctx[MAX_CTX];
     int nctx, gen, prefill, rounds, threads, batch, json;
     tool_policy pols[MAX_POLICIES];
@@ -130,6 +136,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {.names = "--text", .kind = TOOL_ARG_STR, .dst = &o->text},
         {.names = "--json", .kind = TOOL_ARG_SET, .dst = &o->json},
         {.names = "--weights", .kind = TOOL_ARG_STR, .dst = &o->weights},
+        {.names = "--models", .kind = TOOL_ARG_STR, .dst = &o->models},
         {.names = "--keep", .kind = TOOL_ARG_STR, .dst = &o->keep},
         TOOL_OPT_NGL,
         {0}};
@@ -281,6 +288,8 @@ int cmd_bench(int argc, char **argv) {
     char err[256] = "", mname[128];
     kvq_model *m = NULL;
     kvq_pool *pool = NULL;
+    kvq_model *extra[MAX_MODELS]; /* --models (declared before the first goto done) */
+    int nextra = 0;
     float *logits = NULL;
     int32_t *ids = NULL;
     int ret = 1, rc = 0;
@@ -319,6 +328,45 @@ int cmd_bench(int argc, char **argv) {
     if (!ids) { rc = KVQ_ERR_NOMEM; goto done; }
     const char *textname = strrchr(textsrc, '/') ? strrchr(textsrc, '/') + 1 : textsrc;
 
+    /* --models: every policy again on each other set of weights */
+    int np0 = np;
+    for (int i = 0; i < np; i++) P[i].m = m;
+    if (o.models) {
+        char list[1024];
+        snprintf(list, sizeof list, "%s", o.models);
+        for (char *save = NULL, *e = strtok_r(list, " |", &save); e; e = strtok_r(NULL, " |", &save)) {
+            size_t el = strlen(e);
+            int file = el > 5 && !strcmp(e + el - 5, ".gguf");
+            if (nextra == MAX_MODELS || np + np0 > MAX_POLICIES) {
+                fprintf(stderr, "kvq bench: --models: at most %d entries and %d runs\n", MAX_MODELS, MAX_POLICIES);
+                rc = 0;
+                goto done;
+            }
+            kvq_model *x = NULL;
+            if ((rc = kvq_model_load(&x, file ? e : o.model, err, sizeof err))) {
+                fprintf(stderr, "kvq bench: --models %s: %s\n", e, err);
+                rc = 0;
+                goto done;
+            }
+            extra[nextra++] = x;
+            kvq_model_info xi;
+            kvq_model_get_info(x, &xi);
+            if (xi.n_vocab != mc->n_vocab || xi.n_layers != mc->n_layers) {
+                fprintf(stderr, "kvq bench: --models %s is not the same model as %s\n", e, o.model);
+                rc = 0;
+                goto done;
+            }
+            if (!file && tool_code_weights(x, e, o.keep, pool, "bench", o.json)) { rc = 0; goto done; }
+            const char *b = strrchr(e, '/');
+            for (int i = 0; i < np0; i++) {
+                P[np] = P[i];
+                P[np].m = x;
+                snprintf(P[np].wlabel, sizeof P[np].wlabel, "%.47s", b ? b + 1 : e);
+                snprintf(P[np].name, sizeof P[np].name, "%.20s @%.40s", P[i].name, P[np].wlabel);
+                np++;
+            }
+        }
+    }
     for (int i = 0; i < np; i++) {
         kvq_session_params sp = kvq_session_default_params();
         sp.n_batch = o.batch;
@@ -327,7 +375,7 @@ int cmd_bench(int argc, char **argv) {
             rc = 0;
             goto done;
         }
-        if ((rc = kvq_session_create(&P[i].s, m, &sp, pool))) {
+        if ((rc = kvq_session_create(&P[i].s, P[i].m, &sp, pool))) {
             fprintf(stderr, "kvq bench: policy %s: %s\n", P[i].name, kvq_strerror(rc));
             rc = 0;
             goto done;
@@ -431,6 +479,7 @@ int cmd_bench(int argc, char **argv) {
                        mname, mc->arch, mc->n_layers, mc->n_head_kv, mc->head_dim, o.threads,
                        kvq_session_kernels(P[i].s), textname, C);
                 tool_policy_json(&P[i].pol, stdout);
+                printf(",\"weights\":\"%s\"", P[i].wlabel[0] ? P[i].wlabel : (o.weights ? o.weights : "stored"));
                 if (P[i].dead) {
                     printf(",\"error\":\"%s\"}\n", P[i].err);
                     continue;
@@ -462,6 +511,7 @@ done:
     if (rc) fprintf(stderr, "kvq bench: %s\n", kvq_strerror(rc));
     for (int i = 0; i < np; i++) kvq_session_free(P[i].s);
     free(P);
+    for (int i = 0; i < nextra; i++) kvq_model_free(extra[i]);
     kvq_pool_free(pool);
     kvq_model_free(m);
     free(logits);
