@@ -81,6 +81,10 @@ typedef enum kvq_dtype { KVQ_DTYPE_F32 = 0, KVQ_DTYPE_F16 = 1, KVQ_DTYPE_BF16 = 
 
 /* Size in bytes of one element of dtype, 0 if unknown. */
 KVQ_API size_t kvq_dtype_size(kvq_dtype dtype);
+/* sizeof of a public struct of this header by name ("kvq_cache_config",
+ * "kvq_policy", "kvq_method_info"), 0 for another name: bindings that mirror
+ * a struct check their layout against it (python/kvq/_lib.py). */
+KVQ_API size_t kvq_struct_size(const char *name);
 
 /* IEEE half / bfloat16 conversions (round to nearest even; NaN kept). */
 KVQ_API uint16_t kvq_f32_to_f16(float x);

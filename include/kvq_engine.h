@@ -101,11 +101,20 @@ typedef struct kvq_model_info {
     int add_bos;              /* kvq_tokenize(add_special = 1) starts with BOS */
     int32_t bos, eos;         /* special tokens (-1 if none) */
     uint64_t n_weight_bytes;  /* all weight tensors (coded ones at their coded size) */
+    int type_count[KVQ_GGML_TYPE_SLOTS]; /* tensors per ggml type id (last slot: ids >= 63) */
     int n_coded;              /* tensors computed from kvq codes (kvq_model_quantize_weights) */
     double coded_bits;        /* their bits per weight, every stored byte counted (0 if none) */
     char weights_spec[64];    /* their spec ("" if none) */
-    int type_count[KVQ_GGML_TYPE_SLOTS]; /* tensors per ggml type id (last slot: ids >= 63) */
 } kvq_model_info;
+
+/*
+ * sizeof of a public struct of this header, by name ("kvq_model_info",
+ * "kvq_session_params", "kvq_sampler_params", "kvq_gguf_info",
+ * "kvq_gguf_tensor_info"); 0 for another name. Bindings that mirror a struct
+ * (python/kvq/_lib.py) check their layout's size against it when they load
+ * the library.
+ */
+KVQ_API size_t kvq_engine_struct_size(const char *name);
 
 /*
  * Loads a model: maps the file, reads the hyperparameters, checks every

@@ -86,6 +86,7 @@ class ModelInfoStruct(Structure):
         ("bos", c_int32), ("eos", c_int32),
         ("n_weight_bytes", c_uint64),
         ("type_count", c_int * KVQ_GGML_TYPE_SLOTS),
+        ("n_coded", c_int), ("coded_bits", ctypes.c_double), ("weights_spec", c_char * 64),
     ]
 
 
@@ -219,6 +220,21 @@ def _declare(lib: ctypes.CDLL, table: dict) -> None:
         fn.argtypes = args
 
 
+def _check_layouts(lib: ctypes.CDLL, size_fn: str, mirrors: list) -> None:
+    """Each mirrored struct has the size the library was built with (an older or
+    newer libkvq under this package would otherwise corrupt memory)."""
+    fn = getattr(lib, size_fn, None)
+    if fn is None:  # an old library: reported by missing_functions()
+        return
+    fn.restype = c_size_t
+    fn.argtypes = [c_char_p]
+    for cname, cls in mirrors:
+        n = fn(cname.encode())
+        if n != ctypes.sizeof(cls):
+            raise ImportError(f"kvq: {cname} is {n} bytes in {lib._name} but {ctypes.sizeof(cls)} in the Python "
+                              "package's mirror: the library and the package come from different versions")
+
+
 def missing_functions() -> list:
     """Functions of the headers the loaded libraries lack (loads libkvq-engine)."""
     engine()
@@ -227,6 +243,7 @@ def missing_functions() -> list:
 
 core = ctypes.CDLL(_find("kvq"))
 _declare(core, _CORE)
+_check_layouts(core, "kvq_struct_size", [("kvq_cache_config", CacheConfig), ("kvq_policy", PolicyStruct)])
 
 _engine = None
 _engine_lock = threading.Lock()
@@ -239,6 +256,10 @@ def engine() -> ctypes.CDLL:
         if _engine is None:
             lib = ctypes.CDLL(_find("kvq-engine"))
             _declare(lib, _ENGINE)
+            _check_layouts(lib, "kvq_engine_struct_size",
+                           [("kvq_model_info", ModelInfoStruct), ("kvq_session_params", SessionParams),
+                            ("kvq_sampler_params", SamplerParams), ("kvq_gguf_info", GgufInfo),
+                            ("kvq_gguf_tensor_info", GgufTensorInfo)])
             _engine = lib
         return _engine
 

@@ -219,3 +219,13 @@ int kvq_generate(kvq_session *s, kvq_sampler *smp, const int32_t *prompt, size_t
     if (stop) *stop = why;
     return rc;
 }
+
+size_t kvq_engine_struct_size(const char *name) {
+    if (!name) return 0;
+    if (!strcmp(name, "kvq_model_info")) return sizeof(kvq_model_info);
+    if (!strcmp(name, "kvq_session_params")) return sizeof(kvq_session_params);
+    if (!strcmp(name, "kvq_sampler_params")) return sizeof(kvq_sampler_params);
+    if (!strcmp(name, "kvq_gguf_info")) return sizeof(kvq_gguf_info);
+    if (!strcmp(name, "kvq_gguf_tensor_info")) return sizeof(kvq_gguf_tensor_info);
+    return 0;
+}
