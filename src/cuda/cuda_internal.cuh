@@ -44,6 +44,12 @@ struct kvq_cuda_plan {
     float *St;        /* device transpose d x m (encode reads it coalesced) */
     float hc1[256], hc2[256]; /* host copies of the centroids (LUT building, equality) */
     size_t code_bytes;
+    /* calibrated plans (+center, +chscale; docs/CUDA.md "Calibrated plans"): the tables above are the
+     * inner plan's; cal holds each head's 4 x d floats of the CPU plan's mu (mean, a * mean rotated,
+     * a, 1 / a); vector v is centred and scaled with head v % nh (nh 1: one for every head) */
+    int nh;     /* 0: not calibrated */
+    int chscale;
+    float *cal; /* device, nh x 4d */
 };
 
 /* Where encoded records go: contiguous records, or field-major pages

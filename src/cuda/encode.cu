@@ -50,17 +50,54 @@ extern "C" void kvq_cuda_plan_free(kvq_cuda_plan *p) {
     cudaFree(p->t2);
     cudaFree(p->S);
     cudaFree(p->St);
+    cudaFree(p->cal);
     free(p);
 }
 
 extern "C" size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *p) { return p ? p->code_bytes : 0; }
 
+/* Same inner tables (calibrated plans of one policy, dim and seed: only mu differs). */
+static int same_floats(const float *a, const float *b, size_t n) {
+    return (!a && !b) || (a && b && !memcmp(a, b, n * sizeof(float)));
+}
+static int same_inner(const kvq_plan_tables &a, const kvq_plan_tables &b) {
+    const size_t d = (size_t)a.d;
+    return a.kind == b.kind && a.d == b.d && a.bits == b.bits && a.m == b.m && a.scale_bytes == b.scale_bytes &&
+           a.scale_norm == b.scale_norm && a.rot == b.rot && a.n1 == b.n1 && a.n2 == b.n2 &&
+           a.code_bytes == b.code_bytes && a.chscale == b.chscale && !a.mu == !b.mu &&
+           same_floats(a.signs, b.signs, a.rot == 1 ? 2 * d : 0) && same_floats(a.rot_mat, b.rot_mat, a.rot == 2 ? d * d : 0) &&
+           same_floats(a.c1, b.c1, (size_t)a.n1) && same_floats(a.t1, b.t1, a.n1 > 1 ? (size_t)a.n1 - 1 : 0) &&
+           same_floats(a.c2, b.c2, (size_t)a.n2) && same_floats(a.t2, b.t2, a.n2 > 1 ? (size_t)a.n2 - 1 : 0) &&
+           same_floats(a.S, b.S, (size_t)a.m * d);
+}
+
+static int plan_create(kvq_cuda_plan **out, const kvq_plan *const *plans, int nplans);
+
 extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
     if (!out || !plan) return KVQ_ERR_NULL;
+    return plan_create(out, &plan, 1);
+}
+
+extern "C" int kvq_cuda_plan_create_heads(kvq_cuda_plan **out, const kvq_plan *const *plans, int n_heads) {
+    if (!out || !plans) return KVQ_ERR_NULL;
+    if (n_heads <= 0) return KVQ_ERR_INVALID_ARG;
+    for (int h = 0; h < n_heads; h++)
+        if (!plans[h]) return KVQ_ERR_NULL;
+    return plan_create(out, plans, n_heads);
+}
+
+static int plan_create(kvq_cuda_plan **out, const kvq_plan *const *plans, int nplans) {
     kvq_plan_tables t;
-    int rc = kvq_plan_export(plan, &t);
+    int rc = kvq_plan_export(plans[0], &t);
     if (rc) return rc;
-    if (t.kind == KVQ_LAY_NONE) return KVQ_ERR_UNSUPPORTED;
+    if (t.kind == KVQ_LAY_NONE) return KVQ_ERR_UNSUPPORTED; /* f32, bf16, q4, polar, +outliers */
+    if (nplans > 1 && !t.mu) return KVQ_ERR_INVALID_ARG;    /* per-head plans are calibrated ones */
+    for (int h = 1; h < nplans; h++) {
+        kvq_plan_tables th;
+        rc = kvq_plan_export(plans[h], &th);
+        if (rc) return rc;
+        if (!same_inner(t, th)) return KVQ_ERR_INVALID_ARG;
+    }
     const int d = t.d;
     if (t.kind == KVQ_LAY_F16 || t.kind == KVQ_LAY_Q8) {
         if (d % 8 || d > 512) return KVQ_ERR_UNSUPPORTED_DIM;
@@ -116,6 +153,19 @@ extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
         }
         free(st);
     }
+    if (!rc && t.mu) { /* each head's mean and channel scales, as the CPU plans hold them */
+        p->nh = nplans;
+        p->chscale = t.chscale;
+        float *cal = (float *)malloc((size_t)nplans * 4 * d * sizeof(float));
+        if (!cal) rc = KVQ_ERR_NOMEM;
+        for (int h = 0; !rc && h < nplans; h++) {
+            kvq_plan_tables th;
+            rc = kvq_plan_export(plans[h], &th);
+            if (!rc) memcpy(cal + (size_t)h * 4 * d, th.mu, 4 * (size_t)d * sizeof(float));
+        }
+        if (!rc) rc = upload(&p->cal, cal, (size_t)nplans * 4 * d);
+        free(cal);
+    }
     if (rc) {
         kvq_cuda_plan_free(p);
         return rc;
@@ -135,6 +185,8 @@ struct EncParams {
     const float *signs, *Q, *c1, *t1, *c2, *t2, *St;
     int n1, n2, m, sb, scale_norm, bits, rot;
     float rot_s;
+    const float *cal; /* calibrated plans: nh x 4d (kvq_cuda_plan), else NULL */
+    int nh;
     int *status;
 };
 
@@ -297,6 +349,22 @@ __device__ __forceinline__ int load_row(const EncParams &P, long long v, float x
     return __all_sync(KVQ_FULL_MASK, ok);
 }
 
+/* Calibrated plans (m_center.c enc): xc = (x - mean) * a of vector v's head (v % nh), in float
+ * without contraction, element lane * ept + e; returns 1 if every xc is finite (else KVQ_ERR_RANGE). */
+template <int EPT>
+__device__ __forceinline__ int center_row(const EncParams &P, long long v, float x[EPT], int ept, int lane) {
+    const float *mu = P.cal + (size_t)(v % P.nh) * 4 * P.d, *a = mu + 2 * P.d;
+    int ok = 1;
+#pragma unroll
+    for (int e = 0; e < EPT; e++)
+        if (e < ept) {
+            const int c = lane * ept + e;
+            x[e] = __fmul_rn(__fsub_rn(x[e], __ldg(mu + c)), __ldg(a + c));
+            ok &= isfinite(x[e]) ? 1 : 0;
+        }
+    return __all_sync(KVQ_FULL_MASK, ok);
+}
+
 /* The dense rotation y = Q x (rot 2, non-power-of-two d) as the scalar matvec computes it:
  * row i's sequential float sum of Q[i][j] x[j] (no FMA); x staged in buf (shared). */
 template <int EPT>
@@ -342,6 +410,10 @@ template <int KIND, int EPT, bool RT> __global__ void __launch_bounds__(32 * ENC
         float y[EPT];
         if (!load_row<EPT, RT>(P, v, y, ept, lane)) {
             if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
+            continue;
+        }
+        if (P.cal && !center_row<EPT>(P, v, y, ept, lane)) {
+            if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_RANGE);
             continue;
         }
         if (KIND != KVQ_LAY_QJL && !RT && P.rot == 1) {
@@ -479,6 +551,20 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
             if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
             continue;
         }
+        if (P.cal) { /* calibrated plans: xc = (x - mean) * a (m_center.c enc) */
+            const float *mu = P.cal + (size_t)(v % P.nh) * 4 * d, *a = mu + 2 * d;
+            for (int k = 0; k < nb; k++) {
+                const int c = lane + 32 * k;
+                if (c < d) {
+                    x[k] = __fmul_rn(__fsub_rn(x[k], __ldg(mu + c)), __ldg(a + c));
+                    ok &= isfinite(x[k]) ? 1 : 0;
+                }
+            }
+            if (!__all_sync(KVQ_FULL_MASK, ok)) {
+                if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_RANGE);
+                continue;
+            }
+        }
         int bad = 0;
         if (KIND == KVQ_LAY_F16) {
             for (int k = 0; k < nb; k++) {
@@ -557,6 +643,8 @@ int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtyp
     P.bits = p->bits;
     P.rot = p->rot;
     P.rot_s = p->rot_s;
+    P.cal = p->cal;
+    P.nh = p->nh;
     P.status = dev_status;
     int dev = 0, sms = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
