@@ -61,14 +61,14 @@ typedef struct kvq_cuda_plan kvq_cuda_plan;
  */
 KVQ_API int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan);
 /*
- * One device plan from n_heads calibrated CPU plans of one policy (+center or
- * +chscale with the same method, options, dim and seed; each fitted to one KV
- * head's rows, as the C cache fits one plan per head): the inner tables once,
- * the mean and channel scales of each head. Vector v of kvq_cuda_encode is
- * coded with plans[v % n_heads] (rows token-major, heads inner: the layout of
- * kvq_cuda_store_pages); a layer's K or V plan has 1 or n_kv_heads heads.
- * KVQ_ERR_INVALID_ARG if the plans are not calibrated or their inner tables
- * differ; otherwise as kvq_cuda_plan_create.
+ * One device plan from n_heads calibrated CPU plans of one spec and dim
+ * (+center or +chscale; each fitted to one KV head's rows and seeded per head,
+ * as the C cache makes one plan per head): the codebooks once, each head's
+ * rotation, QJL matrix, mean and channel scales. Vector v of kvq_cuda_encode
+ * is coded with plans[v % n_heads] (rows token-major, heads inner: the layout
+ * of kvq_cuda_store_pages); a layer's K or V plan has 1 or n_kv_heads heads.
+ * KVQ_ERR_INVALID_ARG if the plans are not calibrated or are of different
+ * methods; otherwise as kvq_cuda_plan_create.
  */
 KVQ_API int kvq_cuda_plan_create_heads(kvq_cuda_plan **out, const kvq_plan *const *plans, int n_heads);
 KVQ_API void kvq_cuda_plan_free(kvq_cuda_plan *plan);

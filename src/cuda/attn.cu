@@ -163,7 +163,8 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
         return KVQ_ERR_INVALID_ARG;
     if (cfg->v->kind == KVQ_LAY_TQPROD || cfg->v->kind == KVQ_LAY_QJL) return KVQ_ERR_NO_DECODE;
     if (cfg->k->d != cfg->v->d) return KVQ_ERR_INVALID_ARG;
-    if ((cfg->k->nh > 1 && cfg->k->nh != cfg->n_kv_heads) || (cfg->v->nh > 1 && cfg->v->nh != cfg->n_kv_heads))
+    if ((cfg->k->nh > 1 && cfg->k->nh != cfg->n_kv_heads) || (cfg->v->nh > 1 && cfg->v->nh != cfg->n_kv_heads) ||
+        (cfg->k->tabh > 1 && cfg->k->tabh != cfg->n_kv_heads) || (cfg->v->tabh > 1 && cfg->v->tabh != cfg->n_kv_heads))
         return KVQ_ERR_INVALID_ARG; /* per-head calibrated plans of another head count */
     const int kf = k_format(cfg->k), vf = v_format(cfg->v), d = cfg->k->d;
     kvqa::GenFmt gk, gv;
@@ -377,6 +378,7 @@ struct PrepParams {
     float scale2; /* scale * log2(e) */
     int rot, qjl; /* rot: 0 none, 1 two-round Hadamard, 2 dense */
     const float *signs, *Q, *S;
+    int tabh;     /* heads of signs, Q, S (per-head plans: KV head h's at h x their size) */
     float rs;
 };
 
@@ -411,6 +413,9 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
     kvqa::pdl_launch_dependents();
     const int s = blockIdx.y, hq = blockIdx.x, c = threadIdx.x;
     const size_t row = (size_t)s * pp.HQ + hq;
+    const int th = (hq / pp.G) % pp.tabh; /* the KV head's rotation / QJL tables */
+    const float *signs = pp.signs ? pp.signs + (size_t)th * 2 * DD : NULL;
+    const float *Qm = pp.Q ? pp.Q + (size_t)th * DD * DD : NULL, *Sm = pp.S ? pp.S + (size_t)th * pp.m * DD : NULL;
     const float xs = pp.q[row * DD + c] * pp.scale2;
     pp.qraw[row * DD + c] = xs;
     float x = xs;
@@ -428,14 +433,14 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
         }
     }
     if (pp.rot == 1) {
-        y[c] = x * pp.signs[c] * pp.rs;
+        y[c] = x * signs[c] * pp.rs;
         fwht_block<DD>(y, c);
-        y[c] *= pp.signs[DD + c] * pp.rs;
+        y[c] *= signs[DD + c] * pp.rs;
         fwht_block<DD>(y, c);
     } else if (pp.rot == 2) {
         x0[c] = x;
         __syncthreads();
-        y[c] = matvec_row<DD>(pp.Q, x0, c);
+        y[c] = matvec_row<DD>(Qm, x0, c);
         __syncthreads();
     } else {
         y[c] = x;
@@ -443,7 +448,7 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
     }
     pp.qprep[row * pp.qf + c] = y[c];
     if (pp.qjl)
-        for (int i = c; i < pp.m; i += DD) pp.qprep[row * pp.qf + DD + i] = matvec_row<DD>(pp.S, y, i);
+        for (int i = c; i < pp.m; i += DD) pp.qprep[row * pp.qf + DD + i] = matvec_row<DD>(Sm, y, i);
 }
 
 struct MergeParams {
@@ -453,6 +458,7 @@ struct MergeParams {
     int H, HQ, G, QG, nchunk, chunk_tokens, sf;
     int rot; /* the V plan's: 0 none, 1 two-round Hadamard, 2 dense (Qt: the transpose) */
     const float *signs, *Qt;
+    int tabh; /* heads of signs, Qt (per-head plans) */
     float rs;
     const float *qconst; /* calibrated K: q . mean per query row (prep), added to the main chunks' m; or NULL */
     const float *vcal;   /* calibrated V: nh x 4d (mean, -, a, 1 / a), or NULL */
@@ -506,15 +512,17 @@ template <int DD> __global__ void __launch_bounds__(DD) merge_q_kernel(MergePara
     y[c] = acc;
     yw[c] = accw;
     float r = acc;
+    const int th = h % mp.tabh; /* the KV head's rotation */
     if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+        const float *signs = mp.signs + (size_t)th * 2 * DD;
         fwht_block<DD>(y, c);
-        y[c] *= mp.signs[DD + c] * mp.rs;
+        y[c] *= signs[DD + c] * mp.rs;
         fwht_block<DD>(y, c);
-        y[c] *= mp.signs[c] * mp.rs;
+        y[c] *= signs[c] * mp.rs;
         r = y[c];
     } else if (mp.rot == 2) { /* x = Q^T y */
         __syncthreads();
-        r = matvec_row<DD>(mp.Qt, y, c);
+        r = matvec_row<DD>(mp.Qt + (size_t)th * DD * DD, y, c);
     }
     if (mp.vcal) { /* calibrated V: sum w (v - mean) = (unrotated acc) / a, plus W_main mean */
         const float *mu = mp.vcal + (size_t)(h % mp.vnh) * 4 * DD;
@@ -671,6 +679,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     pp.Q = L->k->Q;
     pp.S = L->k->S;
     pp.rs = L->k->rot_s;
+    pp.tabh = L->k->tabh > 0 ? L->k->tabh : 1;
     {
         const int rc = launch_prep(L->d, dim3(L->HQ, b->n_seq), st, pp);
         if (rc) return rc;
@@ -750,6 +759,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.signs = L->v->signs;
     mp.Qt = L->v->Qt;
     mp.rs = L->v->rot_s;
+    mp.tabh = L->v->tabh > 0 ? L->v->tabh : 1;
     mp.qconst = L->k->cal ? qconst : NULL;
     mp.vcal = L->v->cal;
     mp.vnh = L->v->nh;

@@ -627,7 +627,8 @@ static float head_value(Rng &r, const HeadDist &h, int c, double mag) {
     return (float)(h.mean[c] + h.sg[c] * r.gauss() * mag);
 }
 /* Plans of spec for H heads: uncalibrated (calib 0: one plan, shared), or each fitted to 48 rows of its
- * head's distribution (calib 1: H plans, calib 2: head 0's plan for every head). */
+ * head's distribution (calib 1: H plans of seeds seed + h, as the C cache seeds each head's plan;
+ * calib 2: head 0's plan for every head). */
 static std::vector<kvq_plan *> case_plans(const char *spec, int d, uint64_t seed, int calib, const std::vector<HeadDist> &hd) {
     const int H = (int)hd.size();
     std::vector<kvq_plan *> ps(H, (kvq_plan *)NULL);
@@ -646,7 +647,7 @@ static std::vector<kvq_plan *> case_plans(const char *spec, int d, uint64_t seed
         std::vector<float> cal((size_t)nc * d);
         for (int i = 0; i < nc; i++)
             for (int c = 0; c < d; c++) cal[(size_t)i * d + c] = head_value(r, hd[h], c, 1.0);
-        OK(kvq_plan_create(&ps[h], spec, d, seed, cal.data(), nc));
+        OK(kvq_plan_create(&ps[h], spec, d, seed + (uint64_t)h, cal.data(), nc));
     }
     return ps;
 }
@@ -754,10 +755,10 @@ static void test_encode_calib(bool quick) {
     {
         Rng rc{9};
         std::vector<HeadDist> hd = {head_dist(rc, 128), head_dist(rc, 128)};
-        std::vector<kvq_plan *> a = case_plans("tq-mse:4+chscale", 128, 1, 1, hd), b = case_plans("tq-mse:4+chscale", 128, 2, 1, hd);
+        std::vector<kvq_plan *> a = case_plans("tq-mse:4+chscale", 128, 1, 1, hd), b = case_plans("tq-mse:2+chscale", 128, 1, 1, hd);
         kvq_cuda_plan *cp = NULL;
         const kvq_plan *mixed[2] = {a[0], b[1]};
-        EXPECT(kvq_cuda_plan_create_heads(&cp, mixed, 2) == KVQ_ERR_INVALID_ARG, "per-head plans of two seeds: INVALID_ARG");
+        EXPECT(kvq_cuda_plan_create_heads(&cp, mixed, 2) == KVQ_ERR_INVALID_ARG, "per-head plans of two methods: INVALID_ARG");
         kvq_plan *plain[2];
         OK(kvq_plan_create(&plain[0], "tq-mse:4", 128, 1, NULL, 0));
         plain[1] = plain[0];
