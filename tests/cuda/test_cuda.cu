@@ -632,7 +632,9 @@ static float head_value(Rng &r, const HeadDist &h, int c, double mag) {
 static std::vector<kvq_plan *> case_plans(const char *spec, int d, uint64_t seed, int calib, const std::vector<HeadDist> &hd) {
     const int H = (int)hd.size();
     std::vector<kvq_plan *> ps(H, (kvq_plan *)NULL);
-    if (!calib) {
+    int needs = 0;
+    OK(kvq_spec_needs_calibration(spec, &needs));
+    if (!calib || !needs) { /* an uncalibrated side of a calibrated case: one plan */
         OK(kvq_plan_create(&ps[0], spec, d, seed, NULL, 0));
         for (int h = 1; h < H; h++) ps[h] = ps[0];
         return ps;
@@ -653,7 +655,7 @@ static std::vector<kvq_plan *> case_plans(const char *spec, int d, uint64_t seed
 }
 static kvq_cuda_plan *case_cuda_plan(const std::vector<kvq_plan *> &ps, int calib) {
     kvq_cuda_plan *cp;
-    if (calib == 1) OK(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)ps.data(), (int)ps.size()));
+    if (calib == 1 && ps.size() > 1 && ps[1] != ps[0]) OK(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)ps.data(), (int)ps.size()));
     else OK(kvq_cuda_plan_create(&cp, ps[0]));
     return cp;
 }
