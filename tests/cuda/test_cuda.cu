@@ -619,7 +619,7 @@ static HeadDist head_dist(Rng &r, int d) {
     h.sg.resize(d);
     for (int c = 0; c < d; c++) {
         h.mean[c] = (float)(2 * r.gauss());
-        h.sg[c] = (float)exp(0.8 * r.gauss());
+        h.sg[c] = (float)exp(0.5 * r.gauss());
     }
     return h;
 }
