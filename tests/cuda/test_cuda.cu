@@ -609,7 +609,7 @@ static int test_encode(bool quick) {
 }
 
 /* Calibrated test data of one head: a mean (|mean| ~ 2 per channel) and channel scales spread over
- * e^(+-1.6) (the structure +center and +chscale remove); rows = mean + sg * N(0,1) * mag. */
+ * e^(+-1) (the structure +center and +chscale remove; score spreads near the plain cases'); rows = mean + sg * N(0,1) * mag. */
 struct HeadDist {
     std::vector<float> mean, sg;
 };
