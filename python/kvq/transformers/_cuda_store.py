@@ -29,7 +29,8 @@ With B > 1 each head's plan is fitted to the first calib_tokens positions of all
 (the CPU store has one cache, so one fit, per sequence); with B = 1 the plans and records are the C
 cache's, except that with W = 0 the positions of the calibrating chunk beyond calib_tokens are coded
 from f16 here and from f32 there. reset() and crop(0) return to the f16 layer (the C cache
-calibrates again once nothing is left).
+calibrates again once nothing is left). Until then the f16 pool has the group's capacity (with
+max_tokens preallocated: an f16 cache's memory per layer until that layer calibrates).
 
 No host synchronisation in a decode step, and every index is computed on the device from the
 device lengths: a decode step can be captured in a CUDA graph when the store is preallocated
