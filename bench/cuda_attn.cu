@@ -16,6 +16,9 @@
  * --dim D: head dim D instead of 128 (f16, q8, tq-mse:2/4 at 64 and 256 run the tensor-core kernel,
  * the rest and 96 the generic kernel). --heads HQ H: HQ query heads over H KV heads (Gemma 3 270M:
  * 4 over 1). --generic: the main pass on the generic kernel (its baseline for a tensor-core pair).
+ * Calibrated policies (+center, +chscale; e.g. --policy tq-mse:4+chscale/tq-mse:4): one CPU plan per
+ * KV head fitted to 64 random calibration rows (channel means ~ N(0, 4), channel scales e^N(0, 0.64)), as
+ * the C cache fits one per head, uploaded with kvq_cuda_plan_create_heads.
  * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--heads HQ H] [--generic] [--policy NAME]
  *                  [--shape B CTX]
  */
@@ -158,15 +161,48 @@ struct Policy {
     const char *name, *k, *v;
 };
 
+/* The device plan of spec for H KV heads (*first: the CPU plan of head 0, for its sizes; *cpu: all of
+ * them, freed by free_plans): calibrated specs get one plan per head fitted to random rows. */
+static kvq_cuda_plan *make_plan(const char *spec, int D, uint64_t seed, int H, std::vector<kvq_plan *> &cpu) {
+    int needs = 0;
+    OK(kvq_spec_needs_calibration(spec, &needs));
+    kvq_cuda_plan *cp;
+    cpu.assign(needs ? H : 1, NULL);
+    if (!needs) {
+        OK(kvq_plan_create(&cpu[0], spec, D, seed, NULL, 0));
+        OK(kvq_cuda_plan_create(&cp, cpu[0]));
+        return cp;
+    }
+    const int n = 64;
+    std::vector<float> cal((size_t)n * D), mean(D), sg(D);
+    unsigned long long rs = seed * 0x9e3779b97f4a7c15ull + 1;
+    auto gauss = [&rs]() { /* Box-Muller on a 64-bit LCG */
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        const double u = ((rs >> 11) + 1) * (1.0 / 9007199254740993.0);
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        const double v = (rs >> 11) * (1.0 / 9007199254740992.0);
+        return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+    };
+    for (int h = 0; h < H; h++) {
+        for (int c = 0; c < D; c++) mean[c] = (float)(2 * gauss()), sg[c] = (float)exp(0.8 * gauss());
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < D; c++) cal[(size_t)i * D + c] = (float)(mean[c] + sg[c] * gauss());
+        OK(kvq_plan_create(&cpu[h], spec, D, seed, cal.data(), n));
+    }
+    OK(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)cpu.data(), H));
+    return cp;
+}
+static void free_plans(std::vector<kvq_plan *> &cpu) {
+    for (kvq_plan *p : cpu) kvq_plan_free(p);
+    cpu.clear();
+}
+
 static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps, int D, int HQ, int H,
                        bool generic) {
     const int P = 256;
-    kvq_plan *kp, *vp;
-    OK(kvq_plan_create(&kp, pol.k, D, 11, NULL, 0));
-    OK(kvq_plan_create(&vp, pol.v, D, 12, NULL, 0));
-    kvq_cuda_plan *ck, *cv;
-    OK(kvq_cuda_plan_create(&ck, kp));
-    OK(kvq_cuda_plan_create(&cv, vp));
+    std::vector<kvq_plan *> kps, vps;
+    kvq_cuda_plan *ck = make_plan(pol.k, D, 11, H, kps), *cv = make_plan(pol.v, D, 12, H, vps);
+    const kvq_plan *kp = kps[0], *vp = vps[0];
     kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0};
     kvq_cuda_layer *L;
     OK(kvq_cuda_layer_create(&L, &cfg));
@@ -271,8 +307,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     kvq_cuda_layer_free(L);
     kvq_cuda_plan_free(ck);
     kvq_cuda_plan_free(cv);
-    kvq_plan_free(kp);
-    kvq_plan_free(vp);
+    free_plans(kps);
+    free_plans(vps);
 }
 
 int main(int argc, char **argv) {
@@ -320,7 +356,8 @@ int main(int argc, char **argv) {
                            {"tq-mse:4/2", "tq-mse:4", "tq-mse:2"},
                            {"tq-mse:3/3", "tq-mse:3", "tq-mse:3"},
                            {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
-                           {"rvq:2/2", "rvq:2", "rvq:2"}};
+                           {"rvq:2/2", "rvq:2", "rvq:2"},
+                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"}};
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
                              {64, 4096}, {64, 32768}, {8, 131072}};
     for (auto &sh : shapes) {

@@ -27,8 +27,10 @@
  * tq-mse:1..8, rvq:1..4, tq-prod, qjl (m <= 2d) and V in f16, q8,
  * tq-mse:1..8, rvq:1..4, f16 or f32 scales (tensor-core kernels at d = 128 for
  * tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl with m = d, f16 scales; a generic f32
- * kernel for the rest, docs/CUDA.md). Other dims: KVQ_ERR_UNSUPPORTED_DIM;
- * other methods (calibrated plans, q4, polar, ...): KVQ_ERR_UNSUPPORTED.
+ * kernel for the rest, docs/CUDA.md), each of them also calibrated (+center,
+ * +chscale: one mean and channel scales per KV head). Other dims:
+ * KVQ_ERR_UNSUPPORTED_DIM; other methods (+outliers, q4, polar, ...):
+ * KVQ_ERR_UNSUPPORTED.
  */
 #ifndef KVQ_CUDA_H
 #define KVQ_CUDA_H
@@ -54,9 +56,21 @@ typedef struct kvq_cuda_plan kvq_cuda_plan;
  * Uploads the tables of a CPU plan (which may be freed afterwards).
  * KVQ_ERR_UNSUPPORTED for methods the backend does not serve (f32, bf16, q4,
  * polar, +outliers) or dims it does not serve; KVQ_ERR_NOMEM if a device
- * allocation fails. Synchronous.
+ * allocation fails. Synchronous. A calibrated plan (+center, +chscale) is
+ * served with its mean and channel scales for every head.
  */
 KVQ_API int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan);
+/*
+ * One device plan from n_heads calibrated CPU plans of one spec and dim
+ * (+center or +chscale; each fitted to one KV head's rows and seeded per head,
+ * as the C cache makes one plan per head): the codebooks once, each head's
+ * rotation, QJL matrix, mean and channel scales. Vector v of kvq_cuda_encode
+ * is coded with plans[v % n_heads] (rows token-major, heads inner: the layout
+ * of kvq_cuda_store_pages); a layer's K or V plan has 1 or n_kv_heads heads.
+ * KVQ_ERR_INVALID_ARG if the plans are not calibrated or are of different
+ * methods; otherwise as kvq_cuda_plan_create.
+ */
+KVQ_API int kvq_cuda_plan_create_heads(kvq_cuda_plan **out, const kvq_plan *const *plans, int n_heads);
 KVQ_API void kvq_cuda_plan_free(kvq_cuda_plan *plan);
 /* Record bytes (kvq_plan_code_bytes of the source plan). */
 KVQ_API size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *plan);
@@ -93,7 +107,8 @@ typedef struct kvq_cuda_layer_config {
     int window;             /* W: f16 window slots per sequence (0 = none) */
 } kvq_cuda_layer_config;
 
-/* The plans must outlive the layer. KVQ_ERR_UNSUPPORTED for a pair the kernels do not serve. */
+/* The plans must outlive the layer. KVQ_ERR_UNSUPPORTED for a pair the kernels do not serve;
+ * KVQ_ERR_INVALID_ARG for a per-head plan whose head count is not n_kv_heads. */
 KVQ_API int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg);
 KVQ_API void kvq_cuda_layer_free(kvq_cuda_layer *layer);
 /* Bytes of one page (all heads, K and V). */

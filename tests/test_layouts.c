@@ -147,7 +147,22 @@ int main(void) {
         CHECK(c->rec.kind == KVQ_LAY_NONE && kvq_plan_code_bytes(c) == (size_t)kvq_outliers_bytes(c->inner->rec.bytes, 8) &&
                   c->inner->rec.bytes == kvq_layout_make(KVQ_LAY_TQ, 120, 3, 0, 2).bytes,
               "+outliers record");
-        kvq_plan_free(a), kvq_plan_free(b), kvq_plan_free(c);
+        /* the export of a calibrated plan: the inner plan's tables with the mean and scales; +outliers: none */
+        kvq_plan_tables ta, tb, tc;
+        CHECK_OK(kvq_plan_export(a, &ta));
+        CHECK_OK(kvq_plan_export(b, &tb));
+        CHECK_OK(kvq_plan_export(c, &tc));
+        CHECK(tb.kind == KVQ_LAY_TQ && tb.bits == 3 && tb.rot == ta.rot && tb.n1 == ta.n1 && tb.code_bytes == ta.code_bytes &&
+                  !memcmp(tb.signs, ta.signs, 2 * 128 * sizeof(float)) && !memcmp(tb.c1, ta.c1, (size_t)ta.n1 * sizeof(float)) &&
+                  tb.mu == b->mu && !tb.chscale && !ta.mu,
+              "+center export");
+        CHECK(tc.kind == KVQ_LAY_NONE && !tc.mu, "+outliers export");
+        kvq_plan *e;
+        CHECK_OK(kvq_plan_create(&e, "q8+chscale", 128, 1, cal, 8));
+        kvq_plan_tables te;
+        CHECK_OK(kvq_plan_export(e, &te));
+        CHECK(te.kind == KVQ_LAY_Q8 && te.chscale && te.mu == e->mu && te.code_bytes == kvq_plan_code_bytes(e), "+chscale export");
+        kvq_plan_free(a), kvq_plan_free(b), kvq_plan_free(c), kvq_plan_free(e);
     }
     CHECK(kvq_strided_width(3, 0) == 2 && kvq_strided_width(3, 1) == 1 && kvq_strided_width(3, 2) == 0, "w3");
     CHECK(kvq_strided_width(7, 2) == 1 && kvq_strided_width(8, 1) == 4 && kvq_strided_width(8, 2) == 0, "w7/8");

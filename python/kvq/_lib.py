@@ -279,6 +279,7 @@ class CudaBatch(Structure):
 _CUDA = {
     "kvq_cuda_device_count": (c_int, []),
     "kvq_cuda_plan_create": (c_int, [POINTER(_VP), _VP]),
+    "kvq_cuda_plan_create_heads": (c_int, [POINTER(_VP), POINTER(_VP), c_int]),
     "kvq_cuda_plan_free": (None, [_VP]),
     "kvq_cuda_plan_code_bytes": (_SZ, [_VP]),
     "kvq_cuda_encode": (c_int, [_VP, _VP, c_int, _SZ, _VP, _VP, _VP]),

@@ -31,7 +31,7 @@ operators; CUDA operators registered) and torch 2.11 + CUDA 13.0 on an H200 (doc
 import ctypes
 import threading
 import weakref
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ __all__ = [
 SERVED_ATTENTION = ("head dims 32, 64, 96, 128, 256, f16 or f32 scales; K in f16, q8, tq-mse:1..8, rvq:1..4, "
                     "tq-prod, qjl; V in f16, q8, tq-mse:1..8, rvq:1..4 (options +norot, +scale=norm, +cb=gauss); "
                     "the tensor-core kernels at 128 for K tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl (m = d), f16, q8, "
-                    "the generic kernel for the rest")
+                    "the generic kernel for the rest; each also with +center / +chscale (calibrated plans)")
 
 _DTYPE_CODE = {torch.float32: 0, torch.float16: 1}
 
@@ -116,13 +116,17 @@ def _cuda_lib() -> ctypes.CDLL:
 class CudaPlan:
     """A device copy of a :class:`kvq.Plan`'s tables (kvq_cuda_plan_create), on the current CUDA device.
 
-    UnsupportedError for methods the CUDA encoder does not serve (f32, bf16, q4, polar, +outliers,
-    +center, +chscale) or dims it does not serve (rotated methods: multiples of 32 up to 512). The CPU plan is kept (``plan``).
+    ``plan`` may also be a sequence of calibrated plans (``+center`` / ``+chscale``), one per KV head, of
+    one spec, dim and seed (kvq_cuda_plan_create_heads): one device plan with each head's mean and channel
+    scales. UnsupportedError for methods the CUDA encoder does not serve (f32, bf16, q4, polar, +outliers)
+    or dims it does not serve (rotated methods: multiples of 32 up to 512). The CPU plan (the first of
+    them) is kept (``plan``; all of them: ``plans``).
     """
 
-    def __init__(self, plan: Plan, device: Union[torch.device, str, int, None] = None) -> None:
-        if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be a kvq.Plan, not {type(plan).__name__}")
+    def __init__(self, plan: Union[Plan, Sequence[Plan]], device: Union[torch.device, str, int, None] = None) -> None:
+        plans = [plan] if isinstance(plan, Plan) else list(plan)
+        if not plans or not all(isinstance(p, Plan) for p in plans):
+            raise TypeError("plan must be a kvq.Plan or a non-empty sequence of them")
         lib = _cuda_lib()
         if not torch.cuda.is_available():
             raise UnsupportedError("kvq.torch.CudaPlan: torch sees no CUDA device", status=-15)
@@ -131,12 +135,24 @@ class CudaPlan:
             raise InvalidArgumentError(f"CudaPlan needs a CUDA device, not {dev}", status=-2, argument=str(dev))
         out = ctypes.c_void_p()
         with torch.cuda.device(dev):
-            p = plan._h.acquire()
+            held: List[Plan] = []
+            ptrs: List[int] = []
             try:
-                check(lib.kvq_cuda_plan_create(ctypes.byref(out), p), "kvq_cuda_plan_create", argument=plan.spec)
+                for p in plans:
+                    ptrs.append(p._h.acquire())
+                    held.append(p)
+                if isinstance(plan, Plan):
+                    check(lib.kvq_cuda_plan_create(ctypes.byref(out), ptrs[0]), "kvq_cuda_plan_create",
+                          argument=plans[0].spec)
+                else:
+                    arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+                    check(lib.kvq_cuda_plan_create_heads(ctypes.byref(out), arr, len(ptrs)),
+                          "kvq_cuda_plan_create_heads", argument=plans[0].spec)
             finally:
-                plan._h.release()
-        self.plan = plan
+                for p in held:
+                    p._h.release()
+        self.plan = plans[0]
+        self.plans = plans
         self.device = dev
         self._ptr: Optional[int] = out.value
         self.code_bytes = int(lib.kvq_cuda_plan_code_bytes(out.value))

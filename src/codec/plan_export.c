@@ -4,6 +4,8 @@
 #include "codec_internal.h"
 #include "plan_export.h"
 
+extern const kvq_wrapper kvq_wrapper_center;
+
 int kvq_plan_export(const kvq_plan *p, kvq_plan_tables *t) {
     if (!p || !t) return KVQ_ERR_NULL;
     memset(t, 0, sizeof *t);
@@ -15,7 +17,14 @@ int kvq_plan_export(const kvq_plan *p, kvq_plan_tables *t) {
     t->signs = p->rot.signs;
     t->rot_mat = p->rot.mat;
     t->kind = KVQ_LAY_NONE;
-    if (p->inner) return KVQ_OK; /* +outliers, +center */
+    if (p->w == &kvq_wrapper_center && p->inner && !p->inner->inner) {
+        /* +center / +chscale: the inner plan's tables (its records are this plan's), and the mean and scales */
+        const int rc = kvq_plan_export(p->inner, t);
+        t->mu = p->mu;
+        t->chscale = p->o.chscale;
+        return rc;
+    }
+    if (p->inner) return KVQ_OK; /* +outliers */
     if (p->rec.kind < 0 || p->rec.kind >= KVQ_LAY_N_CUDA) return KVQ_OK; /* host-only records */
     t->kind = p->rec.kind;
     t->bits = p->rec.bits;

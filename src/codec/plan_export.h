@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 typedef struct kvq_plan_tables {
-    int kind;          /* enum kvq_layout_kind (KVQ_LAY_NONE: f32, bf16, q4, polar, +outliers) */
+    int kind;          /* enum kvq_layout_kind (KVQ_LAY_NONE: f32, bf16, q4, polar, +outliers); for +center /
+                          +chscale every field but mu and chscale is the inner plan's (its records are the plan's) */
     int d;             /* head dim */
     int bits;          /* index bits of the tq stage (tq-mse b, tq-prod b-1, rvq b), else 0 */
     int m;             /* QJL rows (tq-prod, qjl), else 0 */
@@ -31,6 +32,10 @@ typedef struct kvq_plan_tables {
     const float *c2, *t2;
     const float *S;       /* QJL matrix, m x d row-major */
     size_t code_bytes;
+    /* +center / +chscale (m_center.c): 4 x d floats, the mean, a * mean rotated into the inner plan's
+     * domain, the channel scales a and their inverses 1 / a (all 1 without +chscale); NULL otherwise */
+    const float *mu;
+    int chscale;
 } kvq_plan_tables;
 
 /* Fills t; KVQ_ERR_NULL for NULL arguments. Never fails otherwise (kind may be KVQ_LAY_NONE).

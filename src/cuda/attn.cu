@@ -6,6 +6,13 @@
  *   window (the f16 ring, unrotated queries, one more partial state)
  *   merge  (exact: M = max m_c, l = sum 2^(m_c - M) l_c, acc likewise;
  *           one inverse rotation of the main accumulator per query head).
+ * Calibrated plans (+center, +chscale; m_center.c, docs/CUDA.md "Calibrated plans"): the records
+ * are the inner plan's, so the main pass is unchanged. With K's mean mu and scales a (of the KV
+ * head), prep rotates q / a (q / a . a (k - mu) = q . (k - mu)) and writes c = q . mu; the main
+ * chunks' scores lack c, the window's (true f16 keys) do not: the merge takes m_c + c for the
+ * main chunks. With V's mean and scales, the main accumulator unrotated is
+ * sum w_i a (v_i - mu) (the inner decode); the merge divides it by a and adds W_main mu
+ * (W_main = sum over the main chunks of 2^(m_c + c - M) l_c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -156,6 +163,9 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
         return KVQ_ERR_INVALID_ARG;
     if (cfg->v->kind == KVQ_LAY_TQPROD || cfg->v->kind == KVQ_LAY_QJL) return KVQ_ERR_NO_DECODE;
     if (cfg->k->d != cfg->v->d) return KVQ_ERR_INVALID_ARG;
+    if ((cfg->k->nh > 1 && cfg->k->nh != cfg->n_kv_heads) || (cfg->v->nh > 1 && cfg->v->nh != cfg->n_kv_heads) ||
+        (cfg->k->tabh > 1 && cfg->k->tabh != cfg->n_kv_heads) || (cfg->v->tabh > 1 && cfg->v->tabh != cfg->n_kv_heads))
+        return KVQ_ERR_INVALID_ARG; /* per-head calibrated plans of another head count */
     const int kf = k_format(cfg->k), vf = v_format(cfg->v), d = cfg->k->d;
     kvqa::GenFmt gk, gv;
     const int gen = kf < 0 || vf < 0;
@@ -361,10 +371,14 @@ extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *wind
 struct PrepParams {
     const float *q;
     float *qprep, *qraw;
-    int HQ, qf, m;
+    int HQ, G, qf, m;
+    const float *kcal; /* the K plan's calibration (nh x 4d: mean, -, a, 1 / a), or NULL */
+    int knh, kchscale;
+    float *qconst;     /* n_seq x HQ: (q x scale x log2 e) . mean of K (kcal) */
     float scale2; /* scale * log2(e) */
     int rot, qjl; /* rot: 0 none, 1 two-round Hadamard, 2 dense */
     const float *signs, *Q, *S;
+    int tabh;     /* heads of signs, Q, S (per-head plans: KV head h's at h x their size) */
     float rs;
 };
 
@@ -390,25 +404,43 @@ template <int DD> __device__ __forceinline__ float matvec_row(const float *M, co
 }
 
 /* One block of DD threads per query head: q x scale x log2 e (qraw), rotated by the K plan
- * (qprep[.. DD)), then S q~ for QJL keys (qprep[DD .. DD + m)). */
+ * (qprep[.. DD)), then S q~ for QJL keys (qprep[DD .. DD + m)). Calibrated K: q / a rotated,
+ * and q . mean into qconst (a block sum). */
 template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams pp) {
-    __shared__ float y[DD], x0[DD];
+    __shared__ float y[DD], x0[DD], red[DD / 32];
     /* the main pass (launched as a programmatic dependent) may start now: it builds its
      * tables and waits (pdl_wait) before it reads the prepared queries */
     kvqa::pdl_launch_dependents();
     const int s = blockIdx.y, hq = blockIdx.x, c = threadIdx.x;
     const size_t row = (size_t)s * pp.HQ + hq;
-    const float x = pp.q[row * DD + c] * pp.scale2;
-    pp.qraw[row * DD + c] = x;
+    const int th = (hq / pp.G) % pp.tabh; /* the KV head's rotation / QJL tables */
+    const float *signs = pp.signs ? pp.signs + (size_t)th * 2 * DD : NULL;
+    const float *Qm = pp.Q ? pp.Q + (size_t)th * DD * DD : NULL, *Sm = pp.S ? pp.S + (size_t)th * pp.m * DD : NULL;
+    const float xs = pp.q[row * DD + c] * pp.scale2;
+    pp.qraw[row * DD + c] = xs;
+    float x = xs;
+    if (pp.kcal) {
+        const float *mu = pp.kcal + (size_t)((hq / pp.G) % pp.knh) * 4 * DD;
+        if (pp.kchscale) x = xs * mu[3 * DD + c];
+        float t = xs * mu[c];
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(KVQ_FULL_MASK, t, o);
+        if ((c & 31) == 0) red[c >> 5] = t;
+        __syncthreads();
+        if (c == 0) {
+            float sum = 0.f;
+            for (int w = 0; w < DD / 32; w++) sum += red[w];
+            pp.qconst[row] = sum;
+        }
+    }
     if (pp.rot == 1) {
-        y[c] = x * pp.signs[c] * pp.rs;
+        y[c] = x * signs[c] * pp.rs;
         fwht_block<DD>(y, c);
-        y[c] *= pp.signs[DD + c] * pp.rs;
+        y[c] *= signs[DD + c] * pp.rs;
         fwht_block<DD>(y, c);
     } else if (pp.rot == 2) {
         x0[c] = x;
         __syncthreads();
-        y[c] = matvec_row<DD>(pp.Q, x0, c);
+        y[c] = matvec_row<DD>(Qm, x0, c);
         __syncthreads();
     } else {
         y[c] = x;
@@ -416,7 +448,7 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
     }
     pp.qprep[row * pp.qf + c] = y[c];
     if (pp.qjl)
-        for (int i = c; i < pp.m; i += DD) pp.qprep[row * pp.qf + DD + i] = matvec_row<DD>(pp.S, y, i);
+        for (int i = c; i < pp.m; i += DD) pp.qprep[row * pp.qf + DD + i] = matvec_row<DD>(Sm, y, i);
 }
 
 struct MergeParams {
@@ -426,7 +458,11 @@ struct MergeParams {
     int H, HQ, G, QG, nchunk, chunk_tokens, sf;
     int rot; /* the V plan's: 0 none, 1 two-round Hadamard, 2 dense (Qt: the transpose) */
     const float *signs, *Qt;
+    int tabh; /* heads of signs, Qt (per-head plans) */
     float rs;
+    const float *qconst; /* calibrated K: q . mean per query row (prep), added to the main chunks' m; or NULL */
+    const float *vcal;   /* calibrated V: nh x 4d (mean, -, a, 1 / a), or NULL */
+    int vnh;
 };
 
 /* The merge with one block per query head (DD threads, one per coordinate; was one block of
@@ -444,19 +480,22 @@ template <int DD> __global__ void __launch_bounds__(DD) merge_q_kernel(MergePara
     const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const bool win = mp.win_len && mp.win_len[s] > 0;
     const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SFd;
+    /* calibrated K: the main chunks' scores lack q . mean, the window's hold it */
+    const float qc = mp.qconst ? mp.qconst[(size_t)s * mp.HQ + hq] : 0.f;
     for (int ch = c; ch < NC; ch += DD) {
         const bool used = ch < nused || (ch == mp.nchunk && win);
-        ms[ch] = used ? base[(size_t)ch * SFd + q] : -INFINITY;
+        ms[ch] = used ? base[(size_t)ch * SFd + q] + (ch < mp.nchunk ? qc : 0.f) : -INFINITY;
         ls[ch] = used ? base[(size_t)ch * SFd + QPB + q] : 0.f;
     }
     __syncthreads();
     float M = -INFINITY;
     for (int ch = 0; ch < NC; ch++) M = fmaxf(M, ms[ch]);
-    float L = 0.f, acc = 0.f, accw = 0.f;
+    float L = 0.f, Lm = 0.f, acc = 0.f, accw = 0.f;
     for (int ch = 0; ch < NC; ch++) {
         const float m = ms[ch];
         const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
         if (w != 0.f) L += w * ls[ch];
+        if (ch == mp.nchunk - 1) Lm = L; /* the main chunks' share (W_main) */
     }
 #pragma unroll 4
     for (int ch = 0; ch < nused; ch++) {
@@ -473,15 +512,21 @@ template <int DD> __global__ void __launch_bounds__(DD) merge_q_kernel(MergePara
     y[c] = acc;
     yw[c] = accw;
     float r = acc;
+    const int th = h % mp.tabh; /* the KV head's rotation */
     if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
+        const float *signs = mp.signs + (size_t)th * 2 * DD;
         fwht_block<DD>(y, c);
-        y[c] *= mp.signs[DD + c] * mp.rs;
+        y[c] *= signs[DD + c] * mp.rs;
         fwht_block<DD>(y, c);
-        y[c] *= mp.signs[c] * mp.rs;
+        y[c] *= signs[c] * mp.rs;
         r = y[c];
     } else if (mp.rot == 2) { /* x = Q^T y */
         __syncthreads();
-        r = matvec_row<DD>(mp.Qt, y, c);
+        r = matvec_row<DD>(mp.Qt + (size_t)th * DD * DD, y, c);
+    }
+    if (mp.vcal) { /* calibrated V: sum w (v - mean) = (unrotated acc) / a, plus W_main mean */
+        const float *mu = mp.vcal + (size_t)(h % mp.vnh) * 4 * DD;
+        r = r * mu[3 * DD + c] + Lm * mu[c];
     }
     mp.out[((size_t)s * mp.HQ + hq) * DD + c] = L > 0 ? (r + yw[c]) / L : 0.f;
 }
@@ -523,12 +568,14 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
  * tensor-core kernels read S q~ at d). */
 static int layer_qf(const kvq_cuda_layer *L) { return L->d + (L->k->m > L->d ? L->k->m : L->d); }
 
-/* Workspace floats of a batch with nchunk chunks: prepared queries, scaled queries, partial states. */
+/* Workspace floats of a batch with nchunk chunks: prepared queries, scaled queries, partial states,
+ * then q . mean per query row (calibrated K). */
 static size_t ws_floats(const kvq_cuda_layer *L, int n_seq, int nchunk, size_t *f_qprep, size_t *f_qraw) {
     const size_t nq = (size_t)n_seq * L->HQ;
     *f_qprep = nq * layer_qf(L);
     *f_qraw = nq * L->d;
-    return *f_qprep + *f_qraw + (size_t)n_seq * L->H * L->QG * (nchunk + 1) * kvqa::state_floats(L->d);
+    return *f_qprep + *f_qraw + (size_t)n_seq * L->H * L->QG * (nchunk + 1) * kvqa::state_floats(L->d) +
+           (L->k->cal ? nq : 0);
 }
 
 extern "C" size_t kvq_cuda_attend_workspace_bytes(const kvq_cuda_layer *L, int n_seq, int max_main_len) {
@@ -611,12 +658,18 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     }
     if (need > ws_bytes) return KVQ_ERR_INVALID_ARG;
     float *qprep = (float *)ws, *qraw = qprep + f_qprep, *part = qraw + f_qraw;
+    float *qconst = part + (size_t)b->n_seq * L->H * L->QG * (nchunk + 1) * kvqa::state_floats(L->d);
 
     PrepParams pp;
     pp.q = q;
     pp.qprep = qprep;
     pp.qraw = qraw;
     pp.HQ = L->HQ;
+    pp.G = L->G;
+    pp.kcal = L->k->cal;
+    pp.knh = L->k->nh;
+    pp.kchscale = L->k->chscale;
+    pp.qconst = qconst;
     pp.qf = layer_qf(L);
     pp.m = L->k->m;
     pp.scale2 = scale * 1.4426950408889634f;
@@ -626,6 +679,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     pp.Q = L->k->Q;
     pp.S = L->k->S;
     pp.rs = L->k->rot_s;
+    pp.tabh = L->k->tabh > 0 ? L->k->tabh : 1;
     {
         const int rc = launch_prep(L->d, dim3(L->HQ, b->n_seq), st, pp);
         if (rc) return rc;
@@ -705,6 +759,10 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.signs = L->v->signs;
     mp.Qt = L->v->Qt;
     mp.rs = L->v->rot_s;
+    mp.tabh = L->v->tabh > 0 ? L->v->tabh : 1;
+    mp.qconst = L->k->cal ? qconst : NULL;
+    mp.vcal = L->v->cal;
+    mp.vnh = L->v->nh;
     /* one block of d threads per query head; a programmatic dependent of the main pass (or
      * the window pass) where the device takes it: its launch overlaps their end */
     const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * L->d) * sizeof(float);

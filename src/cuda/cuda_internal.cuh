@@ -36,7 +36,7 @@ struct kvq_cuda_plan {
     float rot_s;      /* 1/sqrtf(d), as the CPU rotation computes it */
     float qjl_k;      /* sqrtf(pi/2)/m, as the CPU QJL score computes it */
     int n1, n2;
-    float *signs;     /* device, 2d */
+    float *signs;     /* device, 2d (per head: tabh below) */
     float *Q, *Qt;    /* device, rot 2 (dense, non-power-of-two d): Q (y = Q x) and its transpose, d x d */
     float *c1, *t1;   /* device codebook 1 (n1 centroids, n1-1 boundaries) */
     float *c2, *t2;   /* device codebook 2 (rvq) */
@@ -44,6 +44,14 @@ struct kvq_cuda_plan {
     float *St;        /* device transpose d x m (encode reads it coalesced) */
     float hc1[256], hc2[256]; /* host copies of the centroids (LUT building, equality) */
     size_t code_bytes;
+    /* calibrated plans (+center, +chscale; docs/CUDA.md "Calibrated plans"): the tables above are the
+     * inner plan's; cal holds each head's 4 x d floats of the CPU plan's mu (mean, a * mean rotated,
+     * a, 1 / a); vector v is centred and scaled with head v % nh (nh 1: one for every head) */
+    int nh;     /* 0: not calibrated */
+    int chscale;
+    float *cal; /* device, nh x 4d */
+    int tabh;   /* heads of signs, Q, Qt, S, St (1, or nh for per-head plans: the C cache's per-head seeds);
+                   head h's table at h x its size */
 };
 
 /* Where encoded records go: contiguous records, or field-major pages

@@ -50,17 +50,77 @@ extern "C" void kvq_cuda_plan_free(kvq_cuda_plan *p) {
     cudaFree(p->t2);
     cudaFree(p->S);
     cudaFree(p->St);
+    cudaFree(p->cal);
     free(p);
 }
 
 extern "C" size_t kvq_cuda_plan_code_bytes(const kvq_cuda_plan *p) { return p ? p->code_bytes : 0; }
 
+/* Same inner method (calibrated plans of one policy and dim: mu differs, and with the C cache's per-head
+ * seeds the rotation and the QJL matrix; the codebooks do not depend on the seed). */
+static int same_floats(const float *a, const float *b, size_t n) {
+    return (!a && !b) || (a && b && !memcmp(a, b, n * sizeof(float)));
+}
+static int same_inner(const kvq_plan_tables &a, const kvq_plan_tables &b) {
+    const size_t d = (size_t)a.d;
+    return a.kind == b.kind && a.d == b.d && a.bits == b.bits && a.m == b.m && a.scale_bytes == b.scale_bytes &&
+           a.scale_norm == b.scale_norm && a.rot == b.rot && a.n1 == b.n1 && a.n2 == b.n2 &&
+           a.code_bytes == b.code_bytes && a.chscale == b.chscale && !a.mu == !b.mu &&
+           !a.signs == !b.signs && !a.rot_mat == !b.rot_mat && !a.S == !b.S && same_floats(a.c1, b.c1, (size_t)a.n1) &&
+           same_floats(a.t1, b.t1, a.n1 > 1 ? (size_t)a.n1 - 1 : 0) &&
+           same_floats(a.c2, b.c2, (size_t)a.n2) && same_floats(a.t2, b.t2, a.n2 > 1 ? (size_t)a.n2 - 1 : 0) && d > 0;
+}
+
+/* Uploads the per-head tables (one head: nplans 1) of n floats each, rows x cols transposed if tr. */
+static int upload_heads(float **dst, const kvq_plan *const *plans, int nplans, int which, size_t rows, size_t cols,
+                        int tr) {
+    const size_t n = rows * cols;
+    float *buf = (float *)malloc((size_t)nplans * n * sizeof(float));
+    if (!buf) return KVQ_ERR_NOMEM;
+    int rc = KVQ_OK;
+    for (int h = 0; h < nplans && !rc; h++) {
+        kvq_plan_tables th;
+        rc = kvq_plan_export(plans[h], &th);
+        const float *src = which == 0 ? th.signs : which == 1 ? th.rot_mat : th.S;
+        if (!rc && !src) rc = KVQ_ERR_INVALID_ARG;
+        float *o = buf + (size_t)h * n;
+        if (!rc && !tr) memcpy(o, src, n * sizeof(float));
+        if (!rc && tr)
+            for (size_t i = 0; i < rows; i++)
+                for (size_t j = 0; j < cols; j++) o[j * rows + i] = src[i * cols + j];
+    }
+    if (!rc) rc = upload(dst, buf, (size_t)nplans * n);
+    free(buf);
+    return rc;
+}
+
+static int plan_create(kvq_cuda_plan **out, const kvq_plan *const *plans, int nplans);
+
 extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
     if (!out || !plan) return KVQ_ERR_NULL;
+    return plan_create(out, &plan, 1);
+}
+
+extern "C" int kvq_cuda_plan_create_heads(kvq_cuda_plan **out, const kvq_plan *const *plans, int n_heads) {
+    if (!out || !plans) return KVQ_ERR_NULL;
+    if (n_heads <= 0) return KVQ_ERR_INVALID_ARG;
+    for (int h = 0; h < n_heads; h++)
+        if (!plans[h]) return KVQ_ERR_NULL;
+    return plan_create(out, plans, n_heads);
+}
+
+static int plan_create(kvq_cuda_plan **out, const kvq_plan *const *plans, int nplans) {
     kvq_plan_tables t;
-    int rc = kvq_plan_export(plan, &t);
+    int rc = kvq_plan_export(plans[0], &t);
     if (rc) return rc;
-    if (t.kind == KVQ_LAY_NONE) return KVQ_ERR_UNSUPPORTED;
+    if (t.kind == KVQ_LAY_NONE) return KVQ_ERR_UNSUPPORTED; /* f32, bf16, q4, polar, +outliers */
+    if (nplans > 1 && !t.mu) return KVQ_ERR_INVALID_ARG;    /* per-head plans are calibrated ones */
+    for (int h = 1; h < nplans; h++) {
+        kvq_plan_tables th;
+        rc = kvq_plan_export(plans[h], &th);
+        if (rc) return rc;
+        if (!same_inner(t, th)) return KVQ_ERR_INVALID_ARG;
+    }
     const int d = t.d;
     if (t.kind == KVQ_LAY_F16 || t.kind == KVQ_LAY_Q8) {
         if (d % 8 || d > 512) return KVQ_ERR_UNSUPPORTED_DIM;
@@ -89,32 +149,29 @@ extern "C" int kvq_cuda_plan_create(kvq_cuda_plan **out, const kvq_plan *plan) {
     for (int i = 0; i < t.n1; i++) p->hc1[i] = t.c1[i];
     for (int i = 0; i < t.n2; i++) p->hc2[i] = t.c2[i];
     if ((size_t)p->L.bytes != t.code_bytes) rc = KVQ_ERR_UNSUPPORTED;
-    if (!rc && t.rot == 1) rc = upload(&p->signs, t.signs, 2 * (size_t)d);
-    if (!rc && t.rot == 2) {
-        rc = upload(&p->Q, t.rot_mat, (size_t)d * d);
-        float *qt = (float *)malloc((size_t)d * d * sizeof(float));
-        if (!qt) rc = KVQ_ERR_NOMEM;
-        if (!rc) {
-            for (int i = 0; i < d; i++)
-                for (int j = 0; j < d; j++) qt[(size_t)j * d + i] = t.rot_mat[(size_t)i * d + j];
-            rc = upload(&p->Qt, qt, (size_t)d * d);
-        }
-        free(qt);
-    }
+    /* rotation and QJL tables: each plan's (per-head plans of the C cache have per-head seeds) */
+    p->tabh = nplans;
+    if (!rc && t.rot == 1) rc = upload_heads(&p->signs, plans, nplans, 0, 2, (size_t)d, 0);
+    if (!rc && t.rot == 2) rc = upload_heads(&p->Q, plans, nplans, 1, (size_t)d, (size_t)d, 0);
+    if (!rc && t.rot == 2) rc = upload_heads(&p->Qt, plans, nplans, 1, (size_t)d, (size_t)d, 1);
     if (!rc) rc = upload(&p->c1, t.c1, (size_t)t.n1);
     if (!rc && t.n1 > 1) rc = upload(&p->t1, t.t1, (size_t)t.n1 - 1);
     if (!rc) rc = upload(&p->c2, t.c2, (size_t)t.n2);
     if (!rc && t.n2 > 1) rc = upload(&p->t2, t.t2, (size_t)t.n2 - 1);
-    if (!rc && t.S) {
-        rc = upload(&p->S, t.S, (size_t)t.m * d);
-        float *st = (float *)malloc((size_t)t.m * d * sizeof(float));
-        if (!st) rc = KVQ_ERR_NOMEM;
-        if (!rc) {
-            for (int i = 0; i < t.m; i++)
-                for (int j = 0; j < d; j++) st[(size_t)j * t.m + i] = t.S[(size_t)i * d + j];
-            rc = upload(&p->St, st, (size_t)t.m * d);
+    if (!rc && t.S) rc = upload_heads(&p->S, plans, nplans, 2, (size_t)t.m, (size_t)d, 0);
+    if (!rc && t.S) rc = upload_heads(&p->St, plans, nplans, 2, (size_t)t.m, (size_t)d, 1);
+    if (!rc && t.mu) { /* each head's mean and channel scales, as the CPU plans hold them */
+        p->nh = nplans;
+        p->chscale = t.chscale;
+        float *cal = (float *)malloc((size_t)nplans * 4 * d * sizeof(float));
+        if (!cal) rc = KVQ_ERR_NOMEM;
+        for (int h = 0; !rc && h < nplans; h++) {
+            kvq_plan_tables th;
+            rc = kvq_plan_export(plans[h], &th);
+            if (!rc) memcpy(cal + (size_t)h * 4 * d, th.mu, 4 * (size_t)d * sizeof(float));
         }
-        free(st);
+        if (!rc) rc = upload(&p->cal, cal, (size_t)nplans * 4 * d);
+        free(cal);
     }
     if (rc) {
         kvq_cuda_plan_free(p);
@@ -135,6 +192,9 @@ struct EncParams {
     const float *signs, *Q, *c1, *t1, *c2, *t2, *St;
     int n1, n2, m, sb, scale_norm, bits, rot;
     float rot_s;
+    const float *cal; /* calibrated plans: nh x 4d (kvq_cuda_plan), else NULL */
+    int nh;
+    int tabh;         /* heads of signs, Q, St (vector v: head v % tabh) */
     int *status;
 };
 
@@ -240,16 +300,17 @@ __device__ __forceinline__ void pack_strided(const uint8_t *idx, int d, int b, u
     }
 }
 
-/* QJL signs of S r (r: d floats in shared): the scalar matvec's sequential
- * float sums, row i = lane + 32 k; bit i of the LSB-first stream = (S_i r >= 0). */
-__device__ __forceinline__ void qjl_signs_warp(const EncParams &P, const float *r, uint8_t *bits, int lane) {
+/* QJL signs of S r (r: d floats in shared; St: the head's transpose of S): the scalar matvec's
+ * sequential float sums, row i = lane + 32 k; bit i of the LSB-first stream = (S_i r >= 0). */
+__device__ __forceinline__ void qjl_signs_warp(const EncParams &P, const float *St, const float *r, uint8_t *bits,
+                                               int lane) {
     const int m = P.m, d = P.d;
     for (int k0 = 0; k0 < m; k0 += 128) {
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const int nk = (m - k0) >= 128 ? 4 : (m - k0) / 32;
         for (int j = 0; j < d; j++) {
             const float rj = r[j];
-            const float *col = P.St + (size_t)j * m + k0 + lane;
+            const float *col = St + (size_t)j * m + k0 + lane;
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 if (k < nk) acc[k] = __fadd_rn(acc[k], __fmul_rn(__ldg(col + 32 * k), rj));
@@ -297,10 +358,27 @@ __device__ __forceinline__ int load_row(const EncParams &P, long long v, float x
     return __all_sync(KVQ_FULL_MASK, ok);
 }
 
+/* Calibrated plans (m_center.c enc): xc = (x - mean) * a of vector v's head (v % nh), in float
+ * without contraction, element lane * ept + e; returns 1 if every xc is finite (else KVQ_ERR_RANGE). */
+template <int EPT>
+__device__ __forceinline__ int center_row(const EncParams &P, long long v, float x[EPT], int ept, int lane) {
+    const float *mu = P.cal + (size_t)(v % P.nh) * 4 * P.d, *a = mu + 2 * P.d;
+    int ok = 1;
+#pragma unroll
+    for (int e = 0; e < EPT; e++)
+        if (e < ept) {
+            const int c = lane * ept + e;
+            x[e] = __fmul_rn(__fsub_rn(x[e], __ldg(mu + c)), __ldg(a + c));
+            ok &= isfinite(x[e]) ? 1 : 0;
+        }
+    return __all_sync(KVQ_FULL_MASK, ok);
+}
+
 /* The dense rotation y = Q x (rot 2, non-power-of-two d) as the scalar matvec computes it:
  * row i's sequential float sum of Q[i][j] x[j] (no FMA); x staged in buf (shared). */
 template <int EPT>
-__device__ __forceinline__ void dense_rot_warp(const EncParams &P, float y[EPT], float *buf, int ept, int lane) {
+__device__ __forceinline__ void dense_rot_warp(const EncParams &P, const float *Q, float y[EPT], float *buf, int ept,
+                                               int lane) {
     const int d = P.d;
 #pragma unroll
     for (int e = 0; e < EPT; e++)
@@ -309,7 +387,7 @@ __device__ __forceinline__ void dense_rot_warp(const EncParams &P, float y[EPT],
 #pragma unroll
     for (int e = 0; e < EPT; e++) {
         if (e >= ept) break;
-        const float *row = P.Q + (size_t)(lane * ept + e) * d;
+        const float *row = Q + (size_t)(lane * ept + e) * d;
         float acc = 0.f;
         for (int j = 0; j < d; j++) acc = __fadd_rn(acc, __fmul_rn(__ldg(row + j), buf[j]));
         y[e] = acc;
@@ -344,16 +422,24 @@ template <int KIND, int EPT, bool RT> __global__ void __launch_bounds__(32 * ENC
             if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
             continue;
         }
+        if (P.cal && !center_row<EPT>(P, v, y, ept, lane)) {
+            if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_RANGE);
+            continue;
+        }
+        /* the vector's head's tables (per-head plans), else the block's copy of the signs */
+        const int th = (int)(v % P.tabh);
+        const float *sgv = P.tabh > 1 && P.signs ? P.signs + (size_t)th * 2 * DM : sg;
+        const float *St = P.St ? P.St + (size_t)th * P.m * d : NULL;
         if (KIND != KVQ_LAY_QJL && !RT && P.rot == 1) {
             const float s = P.rot_s;
 #pragma unroll
-            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(__fmul_rn(y[e], sg[lane * EPT + e]), s);
+            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(__fmul_rn(y[e], sgv[lane * EPT + e]), s);
             fwht_warp<EPT>(y, lane);
 #pragma unroll
-            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(y[e], __fmul_rn(sg[DM + lane * EPT + e], s));
+            for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(y[e], __fmul_rn(sgv[DM + lane * EPT + e], s));
             fwht_warp<EPT>(y, lane);
         }
-        if (KIND != KVQ_LAY_QJL && RT && P.rot == 2) dense_rot_warp<EPT>(P, y, buf, ept, lane);
+        if (KIND != KVQ_LAY_QJL && RT && P.rot == 2) dense_rot_warp<EPT>(P, P.Q + (size_t)th * d * d, y, buf, ept, lane);
         double ss = 0;
 #pragma unroll
         for (int e = 0; e < EPT; e++)
@@ -366,7 +452,7 @@ template <int KIND, int EPT, bool RT> __global__ void __launch_bounds__(32 * ENC
             for (int e = 0; e < EPT; e++)
                 if (e < ept) buf[lane * ept + e] = y[e];
             __syncwarp();
-            qjl_signs_warp(P, buf, rec + P.L.off[KVQ_QJL_SIGNS], lane);
+            qjl_signs_warp(P, St, buf, rec + P.L.off[KVQ_QJL_SIGNS], lane);
         } else if (KIND == KVQ_LAY_RVQ) {
             const float s1 = (float)sqrt(ss / dd), inv = s1 > 0 ? 1.0f / s1 : 0.0f;
             float r[EPT];
@@ -439,7 +525,7 @@ template <int KIND, int EPT, bool RT> __global__ void __launch_bounds__(32 * ENC
                 rr = warp_sum_d(rr);
                 rc = store_scale(P, rec + P.L.off[KVQ_TQPROD_RNORM], (float)sqrt(rr));
                 __syncwarp();
-                qjl_signs_warp(P, buf, rec + P.L.off[KVQ_TQPROD_SIGNS], lane);
+                qjl_signs_warp(P, St, buf, rec + P.L.off[KVQ_TQPROD_SIGNS], lane);
             }
         }
         __syncwarp();
@@ -478,6 +564,20 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
         if (!__all_sync(KVQ_FULL_MASK, ok)) {
             if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_NONFINITE);
             continue;
+        }
+        if (P.cal) { /* calibrated plans: xc = (x - mean) * a (m_center.c enc) */
+            const float *mu = P.cal + (size_t)(v % P.nh) * 4 * d, *a = mu + 2 * d;
+            for (int k = 0; k < nb; k++) {
+                const int c = lane + 32 * k;
+                if (c < d) {
+                    x[k] = __fmul_rn(__fsub_rn(x[k], __ldg(mu + c)), __ldg(a + c));
+                    ok &= isfinite(x[k]) ? 1 : 0;
+                }
+            }
+            if (!__all_sync(KVQ_FULL_MASK, ok)) {
+                if (lane == 0) kvq_dev_error(P.status, KVQ_ERR_RANGE);
+                continue;
+            }
         }
         int bad = 0;
         if (KIND == KVQ_LAY_F16) {
@@ -557,6 +657,9 @@ int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtyp
     P.bits = p->bits;
     P.rot = p->rot;
     P.rot_s = p->rot_s;
+    P.cal = p->cal;
+    P.nh = p->nh;
+    P.tabh = p->tabh > 0 ? p->tabh : 1;
     P.status = dev_status;
     int dev = 0, sms = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

@@ -608,6 +608,187 @@ static int test_encode(bool quick) {
     return 0;
 }
 
+/* Calibrated test data of one head: a mean (|mean| ~ 2 per channel) and channel scales spread over
+ * e^(+-1) (the structure +center and +chscale remove; score spreads near the plain cases'); rows = mean + sg * N(0,1) * mag. */
+struct HeadDist {
+    std::vector<float> mean, sg;
+};
+static HeadDist head_dist(Rng &r, int d) {
+    HeadDist h;
+    h.mean.resize(d);
+    h.sg.resize(d);
+    for (int c = 0; c < d; c++) {
+        h.mean[c] = (float)(2 * r.gauss());
+        h.sg[c] = (float)exp(0.5 * r.gauss());
+    }
+    return h;
+}
+static float head_value(Rng &r, const HeadDist &h, int c, double mag) {
+    return (float)(h.mean[c] + h.sg[c] * r.gauss() * mag);
+}
+/* Plans of spec for H heads: uncalibrated (calib 0: one plan, shared), or each fitted to 48 rows of its
+ * head's distribution (calib 1: H plans of seeds seed + h, as the C cache seeds each head's plan;
+ * calib 2: head 0's plan for every head). */
+static std::vector<kvq_plan *> case_plans(const char *spec, int d, uint64_t seed, int calib, const std::vector<HeadDist> &hd) {
+    const int H = (int)hd.size();
+    std::vector<kvq_plan *> ps(H, (kvq_plan *)NULL);
+    int needs = 0;
+    OK(kvq_spec_needs_calibration(spec, &needs));
+    if (!calib || !needs) { /* an uncalibrated side of a calibrated case: one plan */
+        OK(kvq_plan_create(&ps[0], spec, d, seed, NULL, 0));
+        for (int h = 1; h < H; h++) ps[h] = ps[0];
+        return ps;
+    }
+    Rng r{seed * 7919 + 1};
+    const int nc = 48;
+    for (int h = 0; h < H; h++) {
+        if (calib == 2 && h > 0) {
+            ps[h] = ps[0];
+            continue;
+        }
+        std::vector<float> cal((size_t)nc * d);
+        for (int i = 0; i < nc; i++)
+            for (int c = 0; c < d; c++) cal[(size_t)i * d + c] = head_value(r, hd[h], c, 1.0);
+        OK(kvq_plan_create(&ps[h], spec, d, seed + (uint64_t)h, cal.data(), nc));
+    }
+    return ps;
+}
+static kvq_cuda_plan *case_cuda_plan(const std::vector<kvq_plan *> &ps, int calib) {
+    kvq_cuda_plan *cp;
+    if (calib == 1 && ps.size() > 1 && ps[1] != ps[0]) OK(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)ps.data(), (int)ps.size()));
+    else OK(kvq_cuda_plan_create(&cp, ps[0]));
+    return cp;
+}
+static void free_case_plans(std::vector<kvq_plan *> &ps) {
+    for (size_t h = 0; h < ps.size(); h++)
+        if (h == 0 || ps[h] != ps[0]) kvq_plan_free(ps[h]);
+}
+
+/* Calibrated plans (+center, +chscale): H = 1 (kvq_cuda_plan_create) and 3 per-head plans
+ * (kvq_cuda_plan_create_heads; row i coded with head i % 3), rows around each head's mean, against the
+ * CPU scalar reference of that head's plan byte for byte; a row beyond float once scaled: KVQ_ERR_RANGE;
+ * what is refused. */
+static void test_encode_calib(bool quick) {
+    static const char *specs[] = {"tq-mse:4+chscale", "tq-mse:4+center", "tq-mse:2+chscale", "tq-mse:3+chscale",
+                                  "tq-mse:1+center", "q8+chscale", "q8+center", "f16+center", "rvq:2+chscale",
+                                  "tq-prod:3+center", "tq-mse:4+chscale+scale32", "tq-mse:4+chscale+norot"};
+    static const int dims[] = {64, 96, 128, 256};
+    long long total = 0, mism = 0;
+    Rng r{4321};
+    for (const char *spec : specs)
+        for (int d : dims) {
+            if (quick && d != 128) continue;
+            for (int H : {1, 3}) {
+                std::vector<HeadDist> hd;
+                for (int h = 0; h < H; h++) hd.push_back(head_dist(r, d));
+                std::vector<kvq_plan *> ps = case_plans(spec, d, 77, 1, hd), ss(H);
+                for (int h = 0; h < H; h++) OK(kvq_plan_clone_isa(&ss[h], ps[h], KVQ_ISA_SCALAR));
+                kvq_cuda_plan *cp = NULL;
+                const int rc = H == 1 ? kvq_cuda_plan_create(&cp, ps[0])
+                                      : kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)ps.data(), H);
+                EXPECT(rc == 0, "cuda plan %s d=%d H=%d: %s", spec, d, H, kvq_strerror(rc));
+                const size_t cb = kvq_plan_code_bytes(ps[0]);
+                for (size_t n : {(size_t)3, (size_t)999}) {
+                    if (rc) break;
+                    for (int f16in = 0; f16in < 2; f16in++) {
+                        std::vector<float> x;
+                        fill_rows(r, x, n, d);
+                        for (size_t i = 0; i < n; i++) /* around the head's mean: the zero row becomes the mean */
+                            for (int c = 0; c < d; c++) x[i * d + c] += hd[i % H].mean[c];
+                        std::vector<uint16_t> xh(n * d);
+                        for (size_t i = 0; i < n * (size_t)d; i++) xh[i] = kvq_f32_to_f16(x[i]);
+                        const void *hin = f16in ? (const void *)xh.data() : (const void *)x.data();
+                        const size_t ib = n * d * (f16in ? 2 : 4), es = f16in ? 2 : 4;
+                        const kvq_dtype dt = f16in ? KVQ_DTYPE_F16 : KVQ_DTYPE_F32;
+                        std::vector<uint8_t> ref(n * cb), got(n * cb);
+                        for (size_t i = 0; i < n; i++)
+                            OK(kvq_encode(ss[i % H], (const uint8_t *)hin + i * d * es, dt, 1, &ref[i * cb]));
+                        void *dx, *dc;
+                        int *dst, st = -1;
+                        CU(cudaMalloc(&dx, ib));
+                        CU(cudaMalloc(&dc, n * cb));
+                        CU(cudaMalloc(&dst, 4));
+                        CU(cudaMemcpy(dx, hin, ib, cudaMemcpyHostToDevice));
+                        CU(cudaMemset(dst, 0, 4));
+                        OK(kvq_cuda_encode(cp, dx, dt, n, dc, dst, NULL));
+                        CU(cudaMemcpy(got.data(), dc, n * cb, cudaMemcpyDeviceToHost));
+                        CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+                        EXPECT(st == 0, "%s d=%d H=%d n=%zu: device status %d", spec, d, H, n, st);
+                        long long m = 0;
+                        for (size_t i = 0; i < n; i++) m += memcmp(&got[i * cb], &ref[i * cb], cb) != 0;
+                        total += n;
+                        mism += m;
+                        const bool exact = !strncmp(spec, "q8", 2) || !strncmp(spec, "f16", 3);
+                        EXPECT(m == 0 || (!exact && m * 1000 <= (long long)n), "%s d=%d H=%d n=%zu f16in=%d: %lld of %zu records differ",
+                               spec, d, H, n, f16in, m, n);
+                        CU(cudaFree(dx));
+                        CU(cudaFree(dc));
+                        CU(cudaFree(dst));
+                    }
+                }
+                /* a row beyond float once centred and scaled (a > 1 on some channel): KVQ_ERR_RANGE as on the CPU */
+                if (!rc && strstr(spec, "chscale")) {
+                    std::vector<float> x((size_t)d, 3e38f);
+                    std::vector<uint8_t> rec(cb);
+                    EXPECT(kvq_encode(ss[0], x.data(), KVQ_DTYPE_F32, 1, rec.data()) == KVQ_ERR_RANGE, "%s: CPU range", spec);
+                    float *dx;
+                    uint8_t *dc;
+                    int *dst, st = 0;
+                    CU(cudaMalloc(&dx, d * 4));
+                    CU(cudaMalloc(&dc, cb));
+                    CU(cudaMalloc(&dst, 4));
+                    CU(cudaMemcpy(dx, x.data(), d * 4, cudaMemcpyHostToDevice));
+                    CU(cudaMemset(dst, 0, 4));
+                    OK(kvq_cuda_encode(cp, dx, KVQ_DTYPE_F32, 1, dc, dst, NULL));
+                    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+                    EXPECT(st == KVQ_ERR_RANGE, "%s d=%d: huge row status %d", spec, d, st);
+                    CU(cudaFree(dx));
+                    CU(cudaFree(dc));
+                    CU(cudaFree(dst));
+                }
+                kvq_cuda_plan_free(cp);
+                for (int h = 0; h < H; h++) kvq_plan_free(ss[h]);
+                free_case_plans(ps);
+            }
+        }
+    printf("encode (calibrated): %lld records, %lld differ from the scalar reference\n", total, mism);
+    /* refused: +outliers; per-head plans that are not calibrated or whose inner tables differ; a layer of
+     * another head count */
+    {
+        Rng rc{9};
+        std::vector<HeadDist> hd = {head_dist(rc, 128), head_dist(rc, 128)};
+        std::vector<kvq_plan *> a = case_plans("tq-mse:4+chscale", 128, 1, 1, hd), b = case_plans("tq-mse:2+chscale", 128, 1, 1, hd);
+        kvq_cuda_plan *cp = NULL;
+        const kvq_plan *mixed[2] = {a[0], b[1]};
+        EXPECT(kvq_cuda_plan_create_heads(&cp, mixed, 2) == KVQ_ERR_INVALID_ARG, "per-head plans of two methods: INVALID_ARG");
+        kvq_plan *plain[2];
+        OK(kvq_plan_create(&plain[0], "tq-mse:4", 128, 1, NULL, 0));
+        plain[1] = plain[0];
+        EXPECT(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)plain, 2) == KVQ_ERR_INVALID_ARG, "uncalibrated per-head plans");
+        OK(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)a.data(), 2));
+        kvq_cuda_plan *cq;
+        OK(kvq_cuda_plan_create(&cq, plain[0]));
+        kvq_cuda_layer_config cfg = {cp, cq, 3, 3, 16, 0};
+        kvq_cuda_layer *layer = NULL;
+        EXPECT(kvq_cuda_layer_create(&layer, &cfg) == KVQ_ERR_INVALID_ARG, "2 per-head K plans for 3 KV heads: INVALID_ARG");
+        cfg.n_kv_heads = 2;
+        cfg.n_q_heads = 4;
+        EXPECT(kvq_cuda_layer_create(&layer, &cfg) == 0, "2 per-head K plans for 2 KV heads");
+        kvq_cuda_layer_free(layer);
+        kvq_cuda_plan_free(cp);
+        kvq_cuda_plan_free(cq);
+        kvq_plan_free(plain[0]);
+        std::vector<float> cal(16 * 128);
+        for (auto &v : cal) v = (float)rc.gauss();
+        kvq_plan *o;
+        OK(kvq_plan_create(&o, "tq-mse:4+outliers=8", 128, 1, cal.data(), 16));
+        EXPECT(kvq_cuda_plan_create(&cp, o) == KVQ_ERR_UNSUPPORTED, "+outliers: UNSUPPORTED");
+        kvq_plan_free(o);
+        free_case_plans(a);
+        free_case_plans(b);
+    }
+}
+
 /* ---- attention --------------------------------------------------------------- */
 struct AttnCase {
     const char *k, *v;
@@ -616,6 +797,9 @@ struct AttnCase {
     int force_ct = 0; /* tiles per chunk (kvq_cuda_layer_force_chunk), 0: the library's rule */
     int d = D;        /* head dim */
     bool generic = false; /* the main pass on the generic kernel (kvq_cuda_layer_force_generic) */
+    int calib = 0; /* calibrated specs (+center, +chscale): K and V rows with a mean and channel scales per
+                      head; 1: one CPU plan per head fitted to that head's rows (kvq_cuda_plan_create_heads),
+                      2: head 0's plan for every head (kvq_cuda_plan_create) */
 };
 /* internal (attn.cu), for the tests */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
@@ -633,12 +817,17 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     const int H = tc.H, HQ = tc.HQ, G = HQ / H, P = tc.P, W = tc.W, d = tc.d;
     const int n_seq = (int)tc.main_len.size();
     Rng r{seed};
-    kvq_plan *kp, *vp;
-    OK(kvq_plan_create(&kp, tc.k, d, seed + 1, NULL, 0));
-    OK(kvq_plan_create(&vp, tc.v, d, seed + 2, NULL, 0));
-    kvq_cuda_plan *ckp, *cvp;
-    OK(kvq_cuda_plan_create(&ckp, kp));
-    OK(kvq_cuda_plan_create(&cvp, vp));
+    std::vector<HeadDist> hk, hv;
+    if (tc.calib) {
+        Rng rd{seed ^ 0x5eedull};
+        for (int h = 0; h < H; h++) hk.push_back(head_dist(rd, d)), hv.push_back(head_dist(rd, d));
+    } else {
+        hk.resize(H);
+        hv.resize(H);
+    }
+    std::vector<kvq_plan *> kps = case_plans(tc.k, d, seed + 1, tc.calib, hk), vps = case_plans(tc.v, d, seed + 2, tc.calib, hv);
+    kvq_plan *kp = kps[0], *vp = vps[0];
+    kvq_cuda_plan *ckp = case_cuda_plan(kps, tc.calib), *cvp = case_cuda_plan(vps, tc.calib);
     kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
     kvq_cuda_layer *layer;
     OK(kvq_cuda_layer_create(&layer, &cfg));
@@ -683,6 +872,11 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
         for (int t = 0; t < n; t++) {
             const double km = exp(r.uni() - 0.5);
             for (int i = 0; i < H * d; i++) {
+                if (tc.calib) {
+                    K[s][(size_t)t * H * d + i] = head_value(r, hk[i / d], i % d, km);
+                    V[s][(size_t)t * H * d + i] = head_value(r, hv[i / d], i % d, 1.0);
+                    continue;
+                }
                 K[s][(size_t)t * H * d + i] = (float)(r.gauss() * km);
                 V[s][(size_t)t * H * d + i] = (float)r.gauss();
             }
@@ -762,11 +956,35 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     for (int s = 0; s < n_seq; s++) {
         const int nm = tc.main_len[s], nw = W ? tc.win_len[s] : 0;
         for (int h = 0; h < H; h++) {
+            kvq_plan *kp = kps[h], *vp = vps[h]; /* the head's (calibrated) plans */
             std::vector<uint8_t> krec((size_t)nm * kb), vrec((size_t)nm * vb);
             for (int t = 0; t < nm; t++) {
                 const int page = bt[(size_t)s * max_pages + t / P];
                 get_record(pages, KL, page_bytes, 0, H, P, page, h, t % P, &krec[(size_t)t * kb]);
                 get_record(pages, VL, page_bytes, (size_t)H * P * kb, H, P, page, h, t % P, &vrec[(size_t)t * vb]);
+            }
+            if (tc.calib && nm) { /* the paged records of calibrated plans: the CPU scalar reference's bytes */
+                kvq_plan *ks, *vs;
+                OK(kvq_plan_clone_isa(&ks, kp, KVQ_ISA_SCALAR));
+                OK(kvq_plan_clone_isa(&vs, vp, KVQ_ISA_SCALAR));
+                std::vector<float> xk((size_t)nm * d), xv((size_t)nm * d);
+                for (int t = 0; t < nm; t++)
+                    for (int c = 0; c < d; c++) {
+                        xk[(size_t)t * d + c] = K[s][((size_t)t * H + h) * d + c];
+                        xv[(size_t)t * d + c] = V[s][((size_t)t * H + h) * d + c];
+                    }
+                std::vector<uint8_t> ck((size_t)nm * kb), cv((size_t)nm * vb);
+                OK(kvq_encode(ks, xk.data(), KVQ_DTYPE_F32, nm, ck.data()));
+                OK(kvq_encode(vs, xv.data(), KVQ_DTYPE_F32, nm, cv.data()));
+                int mk = 0, mv = 0;
+                for (int t = 0; t < nm; t++) {
+                    mk += memcmp(&ck[(size_t)t * kb], &krec[(size_t)t * kb], kb) != 0;
+                    mv += memcmp(&cv[(size_t)t * vb], &vrec[(size_t)t * vb], vb) != 0;
+                }
+                EXPECT(mk * 1000 <= nm && mv * 1000 <= nm, "calibrated k=%s v=%s d=%d seq %d head %d: %d K, %d V of %d paged records differ",
+                       tc.k, tc.v, d, s, h, mk, mv, nm);
+                kvq_plan_free(ks);
+                kvq_plan_free(vs);
             }
             for (int gq = 0; gq < G; gq++) {
                 const int hq = h * G + gq;
@@ -871,8 +1089,8 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     kvq_cuda_layer_free(layer);
     kvq_cuda_plan_free(ckp);
     kvq_cuda_plan_free(cvp);
-    kvq_plan_free(kp);
-    kvq_plan_free(vp);
+    free_case_plans(kps);
+    free_case_plans(vps);
     return worst;
 }
 
@@ -925,6 +1143,39 @@ static void test_attention(bool quick) {
     run_attn_case(c64, 9001, true);
     AttnCase c32 = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 4100}, {}, 256};
     run_attn_case(c32, 9002, true);
+}
+
+/* Calibrated plans (+center, +chscale; docs/CUDA.md "Calibrated plans"): K and V rows with a mean and
+ * channel scales per head, one CPU plan fitted per head (calib 1) or one for all (calib 2), with and
+ * without the f16 window (the merge's shift of the main chunks by q . mean, its mean term of V), the
+ * tensor-core kernels at d = 64 / 128 / 256 and the generic kernel. */
+static void test_attention_calib(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    struct {
+        const char *k, *v;
+        int d;
+    } pairs[] = {{"tq-mse:4+chscale", "tq-mse:4", 128},          {"tq-mse:4+chscale", "tq-mse:4+chscale", 128},
+                 {"tq-mse:2+chscale", "tq-mse:2+center", 128},   {"q8+chscale", "q8+center", 128},
+                 {"tq-mse:4+center", "f16", 128},                {"f16+center", "tq-mse:2+chscale", 128},
+                 {"tq-mse:4+chscale", "tq-mse:4", 64},           {"q8+chscale", "tq-mse:2+chscale", 64},
+                 {"tq-mse:4+chscale", "tq-mse:4+chscale", 256}, {"tq-mse:2+center", "q8+chscale", 256},
+                 {"tq-mse:3+chscale", "tq-mse:4+center", 128},   {"tq-mse:3+chscale", "tq-mse:3+center", 96}};
+    uint64_t seed = 7000;
+    int i = 0;
+    for (auto &pr : pairs)
+        for (int W : {0, 32}) {
+            const int HQs[] = {8, 6, 2, 16};
+            AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, W, lens, wl};
+            tc.d = pr.d;
+            tc.calib = (i % 5 == 4) ? 2 : 1;
+            i++;
+            if (quick && (i % 3) != 1) continue;
+            run_attn_case(tc, seed++, true);
+        }
+    /* many chunks, grouped queries, the window: the main chunks' shift against the window's scores */
+    AttnCase g = {"tq-mse:4+chscale", "tq-mse:4", 4, 16, 64, 16, {33, 7000}, {16, 3}};
+    g.calib = 1;
+    run_attn_case(g, seed++, true);
 }
 
 /* The generic kernel (attn_kernel_gen.cuh): the head dims 32, 64, 96 (dense rotation) and 256, and at
@@ -1383,7 +1634,9 @@ int main(int argc, char **argv) {
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
     test_encode(quick);
+    test_encode_calib(quick);
     test_attention(quick);
+    test_attention_calib(quick);
     test_attention_generic(quick);
     test_graph();
     test_seq_map();

@@ -16,11 +16,19 @@ import torch
 
 import kvq
 from kvq._errors import error_for
+from kvq.transformers._cuda_store import plan_seed
+from kvq.transformers._store import LayerSpec
 
 
 class EmuLayer:
-    def __init__(self, k: kvq.Plan, v: kvq.Plan, H: int, HQ: int, P: int, W: int) -> None:
-        self.k, self.v, self.H, self.HQ, self.P, self.W = k, v, H, HQ, P, W
+    """k, v: a kvq.Plan, or a list of calibrated plans, one per KV head (kvq_cuda_plan_create_heads)."""
+
+    def __init__(self, k: Any, v: Any, H: int, HQ: int, P: int, W: int) -> None:
+        self.kh = list(k) if isinstance(k, (list, tuple)) else [k] * H  # plan of each head
+        self.vh = list(v) if isinstance(v, (list, tuple)) else [v] * H
+        assert len(self.kh) == H and len(self.vh) == H
+        self.k, self.v, self.H, self.HQ, self.P, self.W = self.kh[0], self.vh[0], H, HQ, P, W
+        k, v = self.k, self.v
         self.d = k.dim
         self.kb, self.vb = k.code_bytes, v.code_bytes
         self.page_bytes = H * P * (self.kb + self.vb)
@@ -56,13 +64,13 @@ class EmuKernels:
                     status: torch.Tensor) -> None:
         L.calls["store_pages"] += 1
         assert x.dtype in (torch.float16, torch.float32) and x.is_contiguous() and dst.dtype == torch.int32
-        plan = L.v if kv else L.k
-        xs = x.float().numpy().reshape(-1, L.d)
+        plans = L.vh if kv else L.kh
+        xs = x.float().numpy().reshape(-1, L.H, L.d)
         if not np.isfinite(xs).all():
             if int(status[0]) == 0:
                 status[0] = -6
             return
-        codes = plan.encode(np.ascontiguousarray(xs)).reshape(x.shape[0], L.H, -1)
+        codes = np.stack([plans[h].encode(np.ascontiguousarray(xs[:, h])) for h in range(L.H)], axis=1)
         pn = pages.numpy()
         cb = codes.shape[2]
         for i, s in enumerate(dst.tolist()):
@@ -113,8 +121,8 @@ class EmuKernels:
                         kr[p] = pn[o:o + L.kb]
                         o = self._rec(L, 1, page, h, slot)
                         vr[p] = pn[o:o + L.vb]
-                    Ks.append(L.k.decode(kr).astype(np.float64))
-                    Vs.append(L.v.decode(vr).astype(np.float64))
+                    Ks.append(L.kh[h].decode(kr).astype(np.float64))
+                    Vs.append(L.vh[h].decode(vr).astype(np.float64))
                 if w:
                     ps = [(m + i) % L.W for i in range(w)]
                     Ks.append(window[r, 0, h, ps].double().numpy())
@@ -173,9 +181,11 @@ class RefStore:
             for h in range(self.H):
                 Kh = K[:, h].astype(np.float64)
                 Vh = V[:, h].astype(np.float64)
-                if me:
-                    Kh[:me] = self._decoded(self.kp, K[:me, h])
-                    Vh[:me] = self._decoded(self.vp, V[:me, h])
+                if me:  # kp / vp: one plan, or one per head (calibrated plans)
+                    kp = self.kp[h] if isinstance(self.kp, list) else self.kp
+                    vp = self.vp[h] if isinstance(self.vp, list) else self.vp
+                    Kh[:me] = self._decoded(kp, K[:me, h])
+                    Vh[:me] = self._decoded(vp, V[:me, h])
                 for t in range(sk[b], T):
                     n = L - T + t + 1
                     for g in range(G):
@@ -193,3 +203,38 @@ class RefStore:
         idx = [int(i) for i in idx]
         self.rows = [list(self.rows[i]) for i in idx]
         self.me = [self.me[i] for i in idx]
+
+
+def calibrated_batch_case(store, dev, tol):
+    """B = 2 with left padding and an f16 window: f16 until both sequences hold calib_tokens = 16 positions,
+    then per-head plans fitted to the first 16 positions of both sequences together, against RefStore with
+    those plans (shared by tests/python/test_torch_cuda.py on the real kernels)."""
+    g = torch.Generator().manual_seed(5)
+    N, H, W = 16, 2, 6
+    spec = LayerSpec(3, 2, H, 4, 128, "tq-mse:4+chscale", "tq-mse:2+center", W, 0, 9, 0, N)
+    st = store(spec)
+    f16 = kvq.Plan("f16", 128)
+    ref = RefStore(2, H, 4, W, f16, f16)
+    mean = torch.randn(2, 1, H, 1, 128, generator=g) * 2
+    sg = torch.exp(torch.randn(2, 1, H, 1, 128, generator=g) * 0.8)
+    for i, (T, skip) in enumerate(((12, [0, 3]), (1, None), (8, None), (1, None), (5, None), (1, None))):
+        k = torch.randn(2, H, T, 128, generator=g) * sg[0] + mean[0]
+        v = torch.randn(2, H, T, 128, generator=g) * sg[1] + mean[1]
+        q = torch.randn(2, 4, T, 128, generator=g)
+        st.append(k.to(dev), v.to(dev), skip)
+        ref.append(k, v, skip)
+        assert st.calibrated == (i >= 2), i
+        if i == 2:  # the plans CUDAStore fits: the first N positions of both sequences, per head
+            plans = []
+            for kv, sp in enumerate((spec.k_spec, spec.v_spec)):
+                rows = np.concatenate([np.stack([r[kv] for r in ref.rows[b][:N]]) for b in range(2)])
+                plans.append([kvq.Plan(sp, 128, plan_seed(spec.seed, spec.layer, kv, h),
+                                       calib=np.ascontiguousarray(rows[:, h])) for h in range(H)])
+            ref.kp, ref.vp = plans
+        out = st.attend(q.to(dev), 128 ** -0.5, skip)
+        want = ref.attend(q, 128 ** -0.5, skip)
+        err = float(np.linalg.norm(out.double().cpu().numpy() - want) / np.linalg.norm(want))
+        assert err < tol, (i, err)
+    assert list(st.lengths()) == [28, 25]
+    st.crop(0)
+    assert not st.calibrated

@@ -26,7 +26,7 @@ from kvq.transformers._cuda_store import CudaKernels, CUDAStore, StoreGroup, pla
 from kvq.transformers._store import LayerSpec  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cuda_emul import RefStore  # noqa: E402
+from cuda_emul import RefStore, calibrated_batch_case  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -257,8 +257,42 @@ def test_cuda_store_custom_ops_path():
     _check_step(st, ref, 1, None, torch.float32, g, 2e-3)
 
 
+def test_cuda_store_calibrated_batch():
+    """+center / +chscale on the kernels: f16 until both sequences hold calib_tokens, then per-head plans
+    fitted on their first positions (kvq_cuda_plan_create_heads), against RefStore with those plans."""
+    calibrated_batch_case(lambda spec: CUDAStore(spec, DEV, page_tokens=32), DEV, 2e-3)
+
+
+@pytest.mark.parametrize("k,v,W,d", [("tq-mse:4+chscale", "tq-mse:4", 0, 128),
+                                     ("tq-mse:4+chscale", "tq-mse:4", 16, 128), ("q8+chscale", "tq-mse:2+chscale", 8, 64),
+                                     ("tq-mse:4+chscale", "tq-mse:4+chscale", 0, 256),
+                                     ("tq-mse:3+chscale", "tq-mse:3+center", 8, 128)])
+def test_cuda_store_calibrated_matches_the_c_cache(k, v, W, d):
+    """B = 1: the C cache's per-head plans (same rows, same seeds) and records; its tq scores round the
+    query to 8 bits, hence the tolerance."""
+    rng = np.random.default_rng(W + d)
+    N, H, HQ = 24, 2, 8
+    st = CUDAStore(LayerSpec(0, 1, H, HQ, d, k, v, W, 0, 5, 0, N), DEV, page_tokens=32)
+    c = kvq.Cache(n_layers=1, n_kv_heads=H, head_dim=d, k_spec=k, v_spec=v, f16_window=W, calib_tokens=N, seed=5)
+    mean = rng.standard_normal((2, H, d)) * 2
+    sg = np.exp(rng.standard_normal((2, H, d)) * 0.8)
+    for i, T in enumerate((10, 1, 40, 1, 1, 300, 1)):
+        k_ = (rng.standard_normal((T, H, d)) * sg[0] + mean[0]).astype(np.float32)
+        v_ = (rng.standard_normal((T, H, d)) * sg[1] + mean[1]).astype(np.float32)
+        q = rng.standard_normal((T, HQ, d)).astype(np.float32)
+        st.append(torch.from_numpy(k_).permute(1, 0, 2)[None].to(DEV),
+                  torch.from_numpy(v_).permute(1, 0, 2)[None].to(DEV))
+        assert st.calibrated == (i >= 2)
+        got = st.attend(torch.from_numpy(q).permute(1, 0, 2)[None].to(DEV), d ** -0.5)[0].cpu().numpy()
+        c.append(0, k_, v_)
+        want = c.attend(0, q)
+        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        assert err < (2e-3 if i < 2 else 3e-2), (i, err)
+    st.check()
+
+
 @pytest.mark.parametrize("k,v,match", [("polar", "tq-mse:4", "polar"), ("q4", "q4", "q4"),
-                                       ("tq-mse:4+outliers=8", "tq-mse:4", "calibration")])
+                                       ("tq-mse:4+outliers=8", "tq-mse:4", "outliers")])
 def test_cuda_store_unsupported(k, v, match):
     with pytest.raises(kvq.UnsupportedError, match=match):
         CUDAStore(_spec(k=k, v=v), DEV)

@@ -15,7 +15,7 @@ from kvq.transformers._cuda_store import CUDAStore, StoreGroup, plan_seed  # noq
 from kvq.transformers._store import LayerSpec  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cuda_emul import EmuKernels, RefStore  # noqa: E402
+from cuda_emul import EmuKernels, RefStore, calibrated_batch_case  # noqa: E402
 
 
 # ---------------------------------------------------------------- CPU operators
@@ -222,12 +222,43 @@ def test_store_prefill_error_stores_nothing():
     assert st._pos.len.tolist() == [5, 5]
 
 
+@pytest.mark.parametrize("W", [0, 6])
+@pytest.mark.parametrize("k,v", [("tq-mse:4+chscale", "tq-mse:4"), ("q8+center", "tq-mse:2+chscale")])
+def test_store_calibrated_matches_the_c_cache(k, v, W):
+    """Calibrated policies: f16 until every sequence holds calib_tokens positions, then per-head plans fitted
+    on them (the C cache's seeds and rows) and every position re-encoded; reset calibrates again."""
+    rng = np.random.default_rng(W + 17)
+    N = 16
+    spec = LayerSpec(1, 1, 2, 4, 128, k, v, W, 0, 7, 0, N)
+    st = _store(spec)
+    c = kvq.Cache(n_layers=2, n_kv_heads=2, head_dim=128, k_spec=k, v_spec=v, f16_window=W, calib_tokens=N, seed=7)
+    mean = rng.standard_normal((2, 2, 128)) * 2  # (K/V, head, channel)
+    sg = np.exp(rng.standard_normal((2, 2, 128)) * 0.8)
+    for i, T in enumerate((9, 1, 13, 1, 1, 4)):
+        k_ = (rng.standard_normal((T, 2, 128)) * sg[0] + mean[0]).astype(np.float32)
+        v_ = (rng.standard_normal((T, 2, 128)) * sg[1] + mean[1]).astype(np.float32)
+        q = rng.standard_normal((T, 4, 128)).astype(np.float32)
+        st.append(torch.from_numpy(k_).permute(1, 0, 2)[None], torch.from_numpy(v_).permute(1, 0, 2)[None])
+        assert st.calibrated == (i >= 2)
+        got = st.attend(torch.from_numpy(q).permute(1, 0, 2)[None], 128 ** -0.5)[0].numpy()
+        c.append(1, k_, v_)
+        want = c.attend(1, q)
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err < (1e-4 if i < 2 else 3e-2), (i, err)  # f16 before calibration: the same values
+    st.reset()
+    assert not st.calibrated and list(st.lengths()) == [0]
+
+
+def test_store_calibrated_batch():
+    calibrated_batch_case(lambda spec: _store(spec), "cpu", 1e-4)  # the emulation decodes the same records
+
+
 def test_store_refuses_what_the_kernels_do_not_serve():
     with pytest.raises(kvq.UnsupportedError, match="head dim"):
         CUDAStore(LayerSpec(0, 1, 1, 1, 80, "tq-mse:4", "tq-mse:4", 0, 0, 1), "cpu", kernels=EmuKernels())
     with pytest.raises(kvq.UnsupportedError, match="sliding"):
         CUDAStore(LayerSpec(0, 1, 1, 1, 128, "tq-mse:4", "tq-mse:4", 0, 512, 1), "cpu", kernels=EmuKernels())
-    with pytest.raises(kvq.UnsupportedError, match="calibration"):
+    with pytest.raises(kvq.UnsupportedError, match="outliers"):
         CUDAStore(LayerSpec(0, 1, 1, 1, 128, "tq-mse:4+outliers=8", "tq-mse:4", 0, 0, 1), "cpu",
                   kernels=EmuKernels())
 

@@ -58,7 +58,7 @@ def layer_specs(policy: Policy, geometry: dict, batch: int, seed: int, max_token
                                n_q_heads=geometry["n_q_heads"], head_dim=geometry["head_dim"],
                                k_spec="f16" if plain else policy.k_spec, v_spec="f16" if plain else policy.v_spec,
                                f16_window=0 if plain else policy.f16_window, sliding_window=w, seed=seed,
-                               max_tokens=max_tokens))
+                               max_tokens=max_tokens, calib_tokens=policy.calib_tokens))
     return specs
 
 

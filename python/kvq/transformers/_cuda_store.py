@@ -18,6 +18,20 @@ pages and ring), row t of sequence b with main_len = min(n, main_end) and n = le
 codes, without materialising the cache in f16 (in slices of rows whose workspace stays under
 256 MB). Padding rows (skip) get n = 0, i.e. zeros.
 
+Calibrated policies (+center, +chscale; docs/CUDA.md "Calibrated plans"). As the C cache keeps
+the first calib_tokens positions f16 and then fits one plan per KV head on them, the store starts on
+an f16 layer (f16 pages: the same values as the cache's f16 tail) and, at the end of the first append
+after which every sequence holds calib_tokens positions, copies the first calib_tokens positions of
+each head to the host (the only device-to-host copy, once per layer), fits the per-head plans there
+(kvq.Plan with those rows, seed plan_seed(seed, layer, kv, head) = the C cache's), and re-encodes
+every stored position from its f16 value into pages of the calibrated layer (kvq_cuda_plan_create_heads).
+With B > 1 each head's plan is fitted to the first calib_tokens positions of all B sequences together
+(the CPU store has one cache, so one fit, per sequence); with B = 1 the plans and records are the C
+cache's, except that with W = 0 the positions of the calibrating chunk beyond calib_tokens are coded
+from f16 here and from f32 there. reset() and crop(0) return to the f16 layer (the C cache
+calibrates again once nothing is left). Until then the f16 pool has the group's capacity (with
+max_tokens preallocated: an f16 cache's memory per layer until that layer calibrates).
+
 No host synchronisation in a decode step, and every index is computed on the device from the
 device lengths: a decode step can be captured in a CUDA graph when the store is preallocated
 (LayerSpec.max_tokens > 0; under capture the grid is sized for the capacity). Kernel errors
@@ -33,6 +47,7 @@ import re
 import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from .. import _errors
@@ -64,14 +79,19 @@ def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
 #: kernels (64 and 256: f16, q8, tq-mse:2/4) and the generic kernel, the others on the generic kernel.
 HEAD_DIMS = (32, 64, 96, 128, 256)
 SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl; V in f16, q8, "
-          "tq-mse:1..8, rvq:1..4 (f16 or f32 scales; +norot, +scale=norm, +cb=gauss); no calibrated options "
-          "(+outliers, +center, +chscale), no polar, q4, bf16, f32; global attention (no sliding window)")
+          "tq-mse:1..8, rvq:1..4 (f16 or f32 scales; +norot, +scale=norm, +cb=gauss, +center, +chscale: "
+          "calibrated per KV head on the first calib_tokens positions); no +outliers, polar, q4, bf16, f32; "
+          "global attention (no sliding window)")
 
-_FAST_K = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124]|tq-prod:[235]|qjl)(\+norot|\+scale=norm|\+cb=gauss)*$")
-_FAST_V = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124])(\+norot|\+scale=norm|\+cb=gauss)*$")
+_OPTS = r"(\+norot|\+scale=norm|\+cb=gauss|\+center|\+chscale)*$"
+_FAST_K = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124]|tq-prod:[235]|qjl)" + _OPTS)
+_FAST_V = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124])" + _OPTS)
 
 
-_FAST_64_256 = re.compile(r"^(f16|q8|tq-mse:[24])(\+norot|\+scale=norm|\+cb=gauss)*$")
+_FAST_64_256 = re.compile(r"^(f16|q8|tq-mse:[24])" + _OPTS)
+
+#: The C cache's calibration length when the policy gives none (CACHE_DEFAULT_CALIB, src/cache).
+DEFAULT_CALIB_TOKENS = 128
 
 
 def on_fast_kernels(k_spec: str, v_spec: str, head_dim: int) -> bool:
@@ -94,14 +114,16 @@ class CudaKernels:
         self._kt = kt
         self.use_ops = use_ops
 
-    def make_layer(self, k: Plan, v: Plan, n_kv_heads: int, n_q_heads: int, page_tokens: int, window: int,
+    def make_layer(self, k: Any, v: Any, n_kv_heads: int, n_q_heads: int, page_tokens: int, window: int,
                    device: torch.device) -> Any:
+        """k, v: a kvq.Plan, or a list of calibrated plans, one per KV head."""
         kt = self._kt
         try:
             kc, vc = kt.CudaPlan(k, device), kt.CudaPlan(v, device)
         except UnsupportedError as e:
-            raise UnsupportedError(f"kvq CUDA does not serve K {k.spec!r} / V {v.spec!r}: {e}; it serves {SERVED}",
-                                   status=-15, argument=f"{k.spec}/{v.spec}") from None
+            ks, vs = (p[0].spec if isinstance(p, list) else p.spec for p in (k, v))
+            raise UnsupportedError(f"kvq CUDA does not serve K {ks!r} / V {vs!r}: {e}; it serves {SERVED}",
+                                   status=-15, argument=f"{ks}/{vs}") from None
         return kt.CudaLayer(kc, vc, n_kv_heads, n_q_heads, page_tokens, window)
 
     def new_status(self, device: torch.device) -> torch.Tensor:
@@ -317,11 +339,14 @@ class CUDAStore(LayerStore):
                 or page_tokens <= 0 or page_tokens % 16 or spec.max_tokens < 0:
             raise InvalidArgumentError(f"CUDAStore: invalid layer spec {spec} / page_tokens {page_tokens}",
                                        status=-2)
-        for what, s in (("K", spec.k_spec), ("V", spec.v_spec)):
+        calib = [False, False]
+        for kv, (what, s) in enumerate((("K", spec.k_spec), ("V", spec.v_spec))):
             if Plan.needs_calibration(s):
-                raise UnsupportedError(f"CUDAStore (layer {spec.layer}): {what} method {s!r} needs calibration, "
-                                       f"which the kvq CUDA kernels do not serve; they serve {SERVED}", status=-15,
-                                       argument=s)
+                if "+outliers" in s:
+                    raise UnsupportedError(f"CUDAStore (layer {spec.layer}): {what} method {s!r}: +outliers "
+                                           "(calibrated int8 outlier channels) is not served by the kvq CUDA "
+                                           f"kernels; they serve {SERVED}", status=-15, argument=s)
+                calib[kv] = True
         if not on_fast_kernels(spec.k_spec, spec.v_spec, spec.head_dim):
             warnings.warn(f"kvq CUDA: K {spec.k_spec!r} / V {spec.v_spec!r} at head dim {spec.head_dim} run on the "
                           "generic attention kernel, correct but about 20x slower than f16 SDPA (docs/CUDA.md); "
@@ -331,9 +356,16 @@ class CUDAStore(LayerStore):
         self.kernels = kernels if kernels is not None else CudaKernels()
         B, H, d = spec.batch, spec.n_kv_heads, spec.head_dim
         self.B, self.H, self.HQ, self.d, self.P, self.W = B, H, spec.n_q_heads, d, page_tokens, spec.f16_window
-        self._kplan = Plan(spec.k_spec, d, plan_seed(spec.seed, spec.layer, 0))
-        self._vplan = Plan(spec.v_spec, d, plan_seed(spec.seed, spec.layer, 1))
-        self.layer = self.kernels.make_layer(self._kplan, self._vplan, H, self.HQ, page_tokens, self.W, self.device)
+        self._calib = calib
+        self.calib_tokens = (spec.calib_tokens or DEFAULT_CALIB_TOKENS) if any(calib) else 0
+        self.calibrated = not any(calib)
+        if self.calibrated:
+            self._kplan = Plan(spec.k_spec, d, plan_seed(spec.seed, spec.layer, 0))
+            self._vplan = Plan(spec.v_spec, d, plan_seed(spec.seed, spec.layer, 1))
+            self.layer = self.kernels.make_layer(self._kplan, self._vplan, H, self.HQ, page_tokens, self.W,
+                                                 self.device)
+        else:
+            self._f16_layer()
         self.page_bytes = int(self.layer.page_bytes)
         dev = self.device
         g = group if group is not None else StoreGroup()
@@ -351,6 +383,67 @@ class CUDAStore(LayerStore):
             self._ring = torch.zeros((B + 1, 2, H, self.W, d), dtype=torch.float16, device=dev)
         self._status = self.kernels.new_status(dev)
         self._step: Optional[_Step] = None
+
+    # ------------------------------------------------------------ calibration
+    def _f16_layer(self) -> None:
+        """The layer before calibration: f16 records (the C cache's f16 tail before its plans exist)."""
+        f16 = Plan("f16", self.d, 0)
+        self._kplan = self._vplan = f16
+        self.layer = self.kernels.make_layer(f16, f16, self.H, self.HQ, self.P, self.W, self.device)
+        self.calibrated = False
+
+    def _f16_rows(self, b: int, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Sequence b's first n positions from the f16 pages: K and V, (n, H, d) f16 each."""
+        H, P, d = self.H, self.P, self.d
+        pages = self._pool.view(torch.float16).view(-1, 2, H, P, d)  # f16 records: page = K (H, P, d), V
+        np_ = -(-n // P)
+        sel = pages[self._pos.bt[b, :np_].long()]                      # (np, 2, H, P, d)
+        rows = sel.permute(1, 0, 3, 2, 4).reshape(2, np_ * P, H, d)[:, :n]
+        return rows[0], rows[1]
+
+    def _calibrate(self) -> None:
+        """Fits the per-head plans on the first calib_tokens positions (host side: one device-to-host copy
+        of B x calib_tokens x H x d f16 values per K/V) and re-encodes every stored position from its f16
+        value into the calibrated layer's pages. Synchronises; on an error (kvq.Error: a value beyond float
+        once centred and scaled, no memory) the store stays on f16 and calibrates at the next append."""
+        B, H, d, N, P = self.B, self.H, self.d, self.calib_tokens, self.P
+        spec, ps = self.spec, self._pos
+        lens = list(ps.len_host)
+        rows = [self._f16_rows(b, lens[b]) for b in range(B)]
+        plans: List[Any] = []
+        for kv, sp in enumerate((spec.k_spec, spec.v_spec)):
+            if not self._calib[kv]:
+                plans.append(Plan(sp, d, plan_seed(spec.seed, spec.layer, kv)))
+                continue
+            cal = torch.cat([rows[b][kv][:N] for b in range(B)]).float().cpu().numpy()  # (B * N, H, d)
+            plans.append([Plan(sp, d, plan_seed(spec.seed, spec.layer, kv, h), calib=np.ascontiguousarray(cal[:, h]))
+                          for h in range(H)])
+        layer = self.kernels.make_layer(plans[0], plans[1], H, self.HQ, P, self.W, self.device)
+        page_bytes = int(layer.page_bytes)
+        pool = torch.empty((1 + B * self._cap_pages) * page_bytes, dtype=torch.uint8, device=self.device)
+        st = self.kernels.new_status(self.device)
+        for b in range(B):
+            n = lens[b]
+            if n == 0:
+                continue
+            p = torch.arange(n, dtype=torch.int32, device=self.device)
+            dst = (ps.bt[b, (p // P).long()] * P + p % P).to(torch.int32)
+            for kv in (0, 1):
+                self.kernels.store_pages(layer, pool, rows[b][kv].contiguous(), dst, kv, st)
+        self.kernels.check(st, f"CUDAStore layer {spec.layer} calibration")
+        self._kplan = plans[0][0] if isinstance(plans[0], list) else plans[0]
+        self._vplan = plans[1][0] if isinstance(plans[1], list) else plans[1]
+        self._plans = plans
+        self.layer, self.page_bytes, self._pool = layer, page_bytes, pool
+        self.calibrated = True
+
+    def _uncalibrate(self) -> None:
+        """Back to the f16 layer (nothing is stored): the next calib_tokens positions calibrate again."""
+        if self.calibrated and any(self._calib):
+            self._f16_layer()
+            self.page_bytes = int(self.layer.page_bytes)
+            self._pool = torch.empty((1 + self.B * self._cap_pages) * self.page_bytes, dtype=torch.uint8,
+                                     device=self.device)
 
     # ------------------------------------------------------------ bookkeeping
     @property
@@ -438,7 +531,12 @@ class CUDAStore(LayerStore):
             self.kernels.store_window(self.layer, self._ring, kx, step.wseq, step.wpos, 0, st)
             self.kernels.store_window(self.layer, self._ring, vx, step.wseq, step.wpos, 1, st)
         self._step = step
-        if T > 1 and not _capturing():
+        due = not self.calibrated and min(ps.len_host) >= self.calib_tokens
+        if due and _capturing():
+            raise StateError(f"CUDAStore layer {self.spec.layer}: the plans calibrate on this step (every sequence "
+                             f"reaches calib_tokens = {self.calib_tokens}), which synchronises: not under CUDA-graph "
+                             "capture; run the prefill eagerly", status=-16)
+        if (T > 1 or due) and not _capturing():
             # a prefill is checked at once (synchronising): on an error no position of the chunk
             # becomes visible, in any layer of the group
             try:
@@ -447,6 +545,8 @@ class CUDAStore(LayerStore):
                 ps.rollback()
                 self._step = None
                 raise
+        if due:  # the chunk is stored (f16); an error here leaves the store on f16, to calibrate next time
+            self._calibrate()
 
     def _skip(self, skip: Optional[Sequence[int]], T: int) -> Optional[List[int]]:
         if skip is None:
@@ -508,6 +608,8 @@ class CUDAStore(LayerStore):
         ps.len_host = [min(l, n) for l in ps.len_host]
         ps.restart()
         self._step = None
+        if n == 0:
+            self._uncalibrate()
 
     def reorder(self, beam_idx: Any) -> None:
         idx = torch.as_tensor(beam_idx, device=self.device).long()
@@ -537,3 +639,4 @@ class CUDAStore(LayerStore):
         ps.len_host = [0] * self.B
         ps.restart()
         self._step = None
+        self._uncalibrate()

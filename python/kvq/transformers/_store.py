@@ -36,6 +36,7 @@ class LayerSpec:
     sliding_window: int   # local-attention window of this layer (0 = global)
     seed: int             # seed of the layer's rotations / projections
     max_tokens: int = 0   # capacity per sequence when preallocated (0 = grow on demand)
+    calib_tokens: int = 0  # positions kept f16 until +center / +chscale plans calibrate (0 = the C cache's 128)
 
 
 class LayerStore(abc.ABC):
