@@ -4,6 +4,7 @@
 #
 #   bash bench/anchors/llamacpp.sh build                 # get + build llama.cpp (idempotent)
 #   bash bench/anchors/llamacpp.sh llama  smollm2|gemma3 # llama.cpp KLD rows
+#   bash bench/anchors/llamacpp.sh base   smollm2|gemma3 # only the f16 base (logits file + log)
 #   bash bench/anchors/llamacpp.sh turbo  smollm2|gemma3 # TheTom's turbo rows (needs TURBO_PPL)
 #   bash bench/anchors/llamacpp.sh kvq    smollm2|gemma3 # kvq KLD rows (POLICIES)
 #   bash bench/anchors/llamacpp.sh speed  smollm2|gemma3 # llama-bench beside kvq bench
@@ -98,8 +99,9 @@ PY="env PYTHONPATH=$ROOT/python KVQ_LIBRARY_DIR=$ROOT/$(dirname "$KVQ") python3 
 kvq_built() {
   if [ ! -x "$KVQ" ]; then
     log "building kvq: cmake -B $(dirname "$KVQ") -DCMAKE_BUILD_TYPE=Release -DKVQ_CUDA=OFF"
-    $NICE cmake -B "$(dirname "$KVQ")" -DCMAKE_BUILD_TYPE=Release -DKVQ_CUDA=OFF > /dev/null
-    $NICE cmake --build "$(dirname "$KVQ")" -j2 > /dev/null
+    $NICE cmake -B "$(dirname "$KVQ")" -DCMAKE_BUILD_TYPE=Release -DKVQ_CUDA=OFF -DKVQ_BUILD_TESTS=OFF > /dev/null
+    # the tool and the two shared libraries of the Python package (table.py's tokenizer), no tests
+    $NICE cmake --build "$(dirname "$KVQ")" -j2 --target kvq kvq_shared kvq_engine_shared > /dev/null
   fi
 }
 
@@ -238,10 +240,11 @@ do_table() {
 case "${1:-}" in
   build) do_build ;;
   llama) do_llama "${2:?model}" ;;
+  base)  do_build; kvq_built; kld_rows llama.cpp "$PPL" "$(cat "$AN/llama.cpp.commit")" "${2:?model}" ;;
   turbo) do_turbo "${2:?model}" ;;
   kvq)   do_kvq "${2:?model}" ;;
   speed) do_speed "${2:?model}" ;;
   table) do_table "${2:?model}" ;;
   all)   do_llama "${2:?model}"; do_turbo "$2"; do_kvq "$2"; do_table "$2" ;;
-  *) echo "usage: $0 build|llama|turbo|kvq|speed|table|all [smollm2|gemma3]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|llama|base|turbo|kvq|speed|table|all [smollm2|gemma3]" >&2; exit 2 ;;
 esac
