@@ -22,6 +22,10 @@
 #   TURBO_PPL  llama-perplexity of TheTom's llama-cpp-turboquant, built by hand
 #              outside the repo; rows skipped when unset or absent
 #   TURBO_BENCH llama-bench of the same build (speed rows, optional)
+#   LLAMA_ARGS extra llama-perplexity arguments of every KLD row and base [none];
+#              -nr (--no-repack) on a CPU with AMX: 0c1e570's AMX buffer type
+#              segfaults at the warm-up run there (ggml_backend_amx_mul_mat,
+#              2026-12-02 box), -nr turns the extra buffer types off
 #
 # What was checked in the vendored source (llama.cpp 0c1e570, in
 # llama-cpp-python 0.3.36):
@@ -47,6 +51,7 @@ OUT=${OUT:-bench/results/anchors-2026-12-02}
 CHUNKS=${CHUNKS:-2}
 CTX=${CTX:-2048}
 THREADS=${THREADS:-2}
+LLAMA_ARGS=${LLAMA_ARGS:-}
 KVQ=${KVQ:-build-anchors/kvq}
 TEXT=corpora/prose-heldout.txt
 NICE="nice -n 10"
@@ -122,7 +127,7 @@ kld_rows() {
   local tag; [ "$engine" = llama.cpp ] && tag=llama || tag=llama-$engine
   local base="$AN/base-$engine-$model-c$CTX-n$CHUNKS.kld"
   local text; text=$(llama_text "$model")
-  local common=(-m "$gguf" -c "$CTX" -t "$THREADS" -fa on -lv 4)   # -lv 4: the KV cache sizes in the log
+  local common=(-m "$gguf" -c "$CTX" -t "$THREADS" -fa on -lv 4 $LLAMA_ARGS)   # -lv 4: the KV cache sizes in the log
   if [ ! -s "$base" ] || ! grep -q "Final estimate" "$dir/$tag-f16-base.log" 2>/dev/null; then
     log "$engine $model: f16 base (--kl-divergence-base), $CHUNKS chunks of $CTX"
     { echo "# engine=$engine"; echo "# commit=$commit"; echo "# ctk=f16"; echo "# ctv=f16"

@@ -16,6 +16,7 @@
 #   WOUT     raw logs and tables   [bench/results/weights-anchors-2026-12-02]
 #   CTX, CHUNKS, THREADS           [2048, 2, 2: as bench/anchors/llamacpp.sh]
 #   FORCE    set: redo KLD rows that already have a result
+#   LLAMA_ARGS extra llama-perplexity arguments  [-nr where /proc/cpuinfo has amx_int8]
 #
 # How the files are made (checked in the vendored source, llama.cpp 0c1e570:
 # tools/quantize/quantize.cpp, src/llama-quant.cpp):
@@ -55,6 +56,13 @@ CTX=${CTX:-2048}
 CHUNKS=${CHUNKS:-2}
 THREADS=${THREADS:-2}
 NICE="nice -n 10"
+# -nr (--no-repack) where the CPU has AMX: llama.cpp 0c1e570's AMX buffer type segfaults
+# in ggml_backend_amx_mul_mat at the warm-up run on the 2026-12-02 box (amx_int8); the
+# base and every row use the same flags
+if [ -z "${LLAMA_ARGS+x}" ]; then
+  if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then LLAMA_ARGS="-nr"; else LLAMA_ARGS=""; fi
+fi
+export LLAMA_ARGS
 MODELS="smollm2 gemma3"
 
 model_file() {
@@ -94,7 +102,7 @@ do_kld() {
   mkdir -p "$dir"
   OUT="$WOUT" CTX="$CTX" CHUNKS="$CHUNKS" THREADS="$THREADS" bash bench/anchors/llamacpp.sh base "$model"
   [ -s "$base" ] || { log "no base logits $base"; return 1; }
-  local common=(-c "$CTX" -t "$THREADS" -fa on -lv 4)
+  local common=(-c "$CTX" -t "$THREADS" -fa on -lv 4 $LLAMA_ARGS)
   for t in $TYPES; do
     gguf="$WDIR/$model-$t.gguf"
     qlog="$dir/llama-w-$t.log"
