@@ -15,6 +15,7 @@ shown apart.
 """
 import collections
 import os
+import re
 import sys
 
 import gguf
@@ -61,7 +62,7 @@ def sizes(paths):
 
 
 def kld(d, paths):
-    print("| weights (llama-quantize) | bits/weight (blocks) | block matrix types | file MiB | KLD ± se | KLD p99 "
+    print("| weights (llama-quantize --pure) | bits/weight (blocks) | block matrix types | file MiB | KLD ± se | KLD p99 "
           "| top-1 | ppl ± se (source ppl) | scored |")
     print("|---|---|---|---|---|---|---|---|---|")
     for i, p in enumerate(paths):
@@ -70,9 +71,13 @@ def kld(d, paths):
         if i == 0:
             log = os.path.join(d, "llama-f16-base.log")
             r = parse_llama_log(log) if os.path.exists(log) else {}
-            ppl = r.get("ppl_base") or r.get("ppl")
+            ppl = ppl_se = None
+            if os.path.exists(log):  # the base run prints "Final estimate: PPL = 33.4010 +/- 2.29871"
+                m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", open(log, errors="replace").read())
+                if m:
+                    ppl, ppl_se = float(m.group(1)), float(m.group(2))
             print(f"| source `{name}` | {s['bpw']:.3f} | {types_str(s['types'])} | {s['mib']:.1f} | 0 (reference) "
-                  f"| - | 1 | {fmt(ppl, 2)} | {r.get('tokens', '-')} |")
+                  f"| - | 1 | {fmt(ppl, 2)} ± {fmt(ppl_se, 2)} | (same windows) |")
             continue
         wtype = name.rsplit("-", 1)[-1]
         log = os.path.join(d, f"llama-w-{wtype}.log")
@@ -81,7 +86,7 @@ def kld(d, paths):
             print(f"| `{wtype}` | {s['bpw']:.3f} | {types_str(s['types'])} | {s['mib']:.1f} | (no KLD: {os.path.basename(log)}) "
                   f"| - | - | - | - |")
             continue
-        print(f"| `{wtype}` --pure | {s['bpw']:.3f} | {types_str(s['types'])} | {s['mib']:.1f} | {fmt(r['kld'], 4)} ± "
+        print(f"| `{wtype}` | {s['bpw']:.3f} | {types_str(s['types'])} | {s['mib']:.1f} | {fmt(r['kld'], 4)} ± "
               f"{fmt(r.get('kld_se'), 4)} | {fmt(r.get('kld_p99'), 3)} | {fmt(r.get('top1'), 3)} | {fmt(r.get('ppl'), 2)} ± "
               f"{fmt(r.get('ppl_se'), 2)} ({fmt(r.get('ppl_base'), 2)}) | {r.get('tokens', '-')} |")
 
