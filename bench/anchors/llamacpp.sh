@@ -4,6 +4,7 @@
 #
 #   bash bench/anchors/llamacpp.sh build                 # get + build llama.cpp (idempotent)
 #   bash bench/anchors/llamacpp.sh llama  smollm2|gemma3 # llama.cpp KLD rows
+#   bash bench/anchors/llamacpp.sh base   smollm2|gemma3 # only the f16 base (logits file + log)
 #   bash bench/anchors/llamacpp.sh turbo  smollm2|gemma3 # TheTom's turbo rows (needs TURBO_PPL)
 #   bash bench/anchors/llamacpp.sh kvq    smollm2|gemma3 # kvq KLD rows (POLICIES)
 #   bash bench/anchors/llamacpp.sh speed  smollm2|gemma3 # llama-bench beside kvq bench
@@ -21,6 +22,10 @@
 #   TURBO_PPL  llama-perplexity of TheTom's llama-cpp-turboquant, built by hand
 #              outside the repo; rows skipped when unset or absent
 #   TURBO_BENCH llama-bench of the same build (speed rows, optional)
+#   LLAMA_ARGS extra llama-perplexity arguments of every KLD row and base [none];
+#              -nr (--no-repack) on a CPU with AMX: 0c1e570's AMX buffer type
+#              segfaults at the warm-up run there (ggml_backend_amx_mul_mat,
+#              2026-12-02 box), -nr turns the extra buffer types off
 #
 # What was checked in the vendored source (llama.cpp 0c1e570, in
 # llama-cpp-python 0.3.36):
@@ -46,6 +51,7 @@ OUT=${OUT:-bench/results/anchors-2026-12-02}
 CHUNKS=${CHUNKS:-2}
 CTX=${CTX:-2048}
 THREADS=${THREADS:-2}
+LLAMA_ARGS=${LLAMA_ARGS:-}
 KVQ=${KVQ:-build-anchors/kvq}
 TEXT=corpora/prose-heldout.txt
 NICE="nice -n 10"
@@ -98,8 +104,9 @@ PY="env PYTHONPATH=$ROOT/python KVQ_LIBRARY_DIR=$ROOT/$(dirname "$KVQ") python3 
 kvq_built() {
   if [ ! -x "$KVQ" ]; then
     log "building kvq: cmake -B $(dirname "$KVQ") -DCMAKE_BUILD_TYPE=Release -DKVQ_CUDA=OFF"
-    $NICE cmake -B "$(dirname "$KVQ")" -DCMAKE_BUILD_TYPE=Release -DKVQ_CUDA=OFF > /dev/null
-    $NICE cmake --build "$(dirname "$KVQ")" -j2 > /dev/null
+    $NICE cmake -B "$(dirname "$KVQ")" -DCMAKE_BUILD_TYPE=Release -DKVQ_CUDA=OFF -DKVQ_BUILD_TESTS=OFF > /dev/null
+    # the tool and the two shared libraries of the Python package (table.py's tokenizer), no tests
+    $NICE cmake --build "$(dirname "$KVQ")" -j2 --target kvq kvq_shared kvq_engine_shared > /dev/null
   fi
 }
 
@@ -120,7 +127,7 @@ kld_rows() {
   local tag; [ "$engine" = llama.cpp ] && tag=llama || tag=llama-$engine
   local base="$AN/base-$engine-$model-c$CTX-n$CHUNKS.kld"
   local text; text=$(llama_text "$model")
-  local common=(-m "$gguf" -c "$CTX" -t "$THREADS" -fa on -lv 4)   # -lv 4: the KV cache sizes in the log
+  local common=(-m "$gguf" -c "$CTX" -t "$THREADS" -fa on -lv 4 $LLAMA_ARGS)   # -lv 4: the KV cache sizes in the log
   if [ ! -s "$base" ] || ! grep -q "Final estimate" "$dir/$tag-f16-base.log" 2>/dev/null; then
     log "$engine $model: f16 base (--kl-divergence-base), $CHUNKS chunks of $CTX"
     { echo "# engine=$engine"; echo "# commit=$commit"; echo "# ctk=f16"; echo "# ctv=f16"
@@ -238,10 +245,11 @@ do_table() {
 case "${1:-}" in
   build) do_build ;;
   llama) do_llama "${2:?model}" ;;
+  base)  do_build; kvq_built; kld_rows llama.cpp "$PPL" "$(cat "$AN/llama.cpp.commit")" "${2:?model}" ;;
   turbo) do_turbo "${2:?model}" ;;
   kvq)   do_kvq "${2:?model}" ;;
   speed) do_speed "${2:?model}" ;;
   table) do_table "${2:?model}" ;;
   all)   do_llama "${2:?model}"; do_turbo "$2"; do_kvq "$2"; do_table "$2" ;;
-  *) echo "usage: $0 build|llama|turbo|kvq|speed|table|all [smollm2|gemma3]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|llama|base|turbo|kvq|speed|table|all [smollm2|gemma3]" >&2; exit 2 ;;
 esac
