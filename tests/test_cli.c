@@ -167,10 +167,12 @@ static void test_usage(void) {
     expect(ARGS("memplan"), NULL, 2, "--mem SIZE is required", &c);
     expect(ARGS("memplan", "--mem", "lots"), NULL, 2, "--mem 'lots': not a size", &c);
     expect(ARGS("run"), NULL, 2, "a prompt is required", &c);
+    expect(ARGS("quantize", "--weights", "tq-mse:4"), NULL, 2, "-o OUT.gguf is required", &c);
+    expect(ARGS("quantize", "-o", "/tmp/x.gguf"), NULL, 2, "--weights SPEC is required", &c);
     expect(ARGS("nosuch"), NULL, 2, "unknown command 'nosuch'", &c);
     /* --help of every subcommand: exit 0, the usage on stdout */
     static const char *cmds[] = {"codec-bench", "attn-bench", "logits", "inspect", "run", "dump-kv", "ppl",
-                                 "kld", "needle", "gen-check", "bench", "memplan"};
+                                 "kld", "needle", "gen-check", "bench", "memplan", "quantize"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         expect(ARGS(cmds[i], "--help"), NULL, 0, NULL, &c);
         char want[64];
@@ -222,6 +224,22 @@ static void test_model(void) {
     size_t prompts = 0;
     for (const char *p = c.o; (p = strstr(p, "> ")); p += 2) prompts++;
     CHECK(prompts == 3, "chat: %zu prompts on stdout, want 3 (two turns, then the end): %.400s", prompts, c.o);
+    /* coded weights: at load time, and through a file */
+    expect(ARGS("run", "-m", SMOL, "-p", "The capital of France is", "-n", "4", "--temp", "0", "--weights", "q8"), NULL,
+           0, "210 tensors at 8.5000 bits per weight", &c);
+    expect(ARGS("run", "-m", SMOL, "-p", "Hi", "-n", "1", "--weights", "qjl"), NULL, 1, "blk.0.attn_q.weight", &c);
+    expect(ARGS("run", "-m", SMOL, "-p", "Hi", "-n", "1", "--weights", "tq-mse:4@256"), NULL, 1,
+           "cannot be cut into blocks of 256", &c);
+    expect(ARGS("ppl", "-m", SMOL, "-f", "/dev/null", "--keep", "ffn"), NULL, 1, "--keep needs --weights", &c);
+    char qout[64];
+    snprintf(qout, sizeof qout, "/tmp/kvq_test_cli_%d.gguf", (int)getpid());
+    expect(ARGS("quantize", "-m", SMOL, "-o", qout, "--weights", "tq-mse:4", "--keep", "ffn_down"), NULL, 0, "MiB",
+           &c);
+    expect(ARGS("inspect", qout), NULL, 0, NULL, &c);
+    CHECK(strstr(c.o, "kvq") != NULL, "inspect names the coded tensors: %.600s", c.o);
+    expect(ARGS("run", "-m", qout, "-p", "Hi", "-n", "2", "--temp", "0"), NULL, 0, NULL, &c);
+    expect(ARGS("quantize", "-m", SMOL, "-o", qout, "--weights", "tq-mse:4+chscale"), NULL, 1, "calibrated", &c);
+    remove(qout);
     /* /exit ends it, -p is the first turn */
     expect(ARGS("run", "-m", SMOL, "-cnv", "-p", "Hello", "-n", "4", "--temp", "0"), "/exit\nnever read\n", 0,
            "chat: 1 turn(s)", &c);

@@ -100,6 +100,7 @@ int cmd_inspect(int argc, char **argv) {
     printf("tensor types  ");
     for (int t = 0; t < KVQ_GGML_TYPE_SLOTS; t++)
         if (c->type_count[t]) printf(" %s x%d", kvq_ggml_type_name((uint32_t)t), c->type_count[t]);
+    if (c->n_coded) printf(" kvq x%d (%s, %.4f bits per weight)", c->n_coded, c->weights_spec, c->coded_bits);
     printf("\nweights        %.1f MiB\n", (double)c->n_weight_bytes / (1024.0 * 1024.0));
     printf("kv per token   %zu bytes as f16 (%d layers x %d kv heads x %d x 2 x 2)\n",
            (size_t)c->n_layers * (size_t)c->n_head_kv * (size_t)c->head_dim * 4, c->n_layers, c->n_head_kv,
