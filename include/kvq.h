@@ -306,6 +306,11 @@ KVQ_API void kvq_cache_free(kvq_cache *cache);
  * it was. KVQ_ERR_INVALID_ARG for a layer out of range.
  */
 KVQ_API int kvq_cache_append(kvq_cache *cache, int layer, const float *k, const float *v, size_t ntok);
+/* kvq_cache_append with the encoding into the main store spread over a pool
+ * (per head, K and V, chunks of positions; NULL: single thread). The cache
+ * is the same, byte for byte, whatever the pool's size. */
+KVQ_API int kvq_cache_append_pool(kvq_cache *cache, int layer, const float *k, const float *v, size_t ntok,
+                                  kvq_pool *pool);
 
 /*
  * Attention for nq consecutive query tokens at absolute positions

@@ -432,6 +432,49 @@ static void test_window(void) {
     free(v);
 }
 
+/* ---- kvq_cache_append_pool: the same records for any pool ----------------------- */
+static void test_append_pool(kvq_pool *pool2, kvq_pool *pool3) {
+    static const struct { const char *k, *v; int window, sink; } P[] = {
+        {"tq-mse:5+chscale", "tcq:3", 0, 1}, {"tcq:4+chscale", "tcq:4", 0, 1}, {"tq-mse:4", "tq-mse:4", 0, 0},
+        {"tcq:2", "q8", 7, 0},               {"tq-mse:4+outliers=8", "tcq:3", 0, 0}};
+    static const size_t batches[] = {1, 37, 128, 3, 1, 200, 17};
+    tu_rng rng = {31};
+    const int H = 3, d = 64;
+    const size_t ctx = 387, row = (size_t)H * d;
+    float *k = cr_gauss(&rng, ctx * row, 1.0), *v = cr_gauss(&rng, ctx * row, 1.0);
+    for (size_t pi = 0; pi < sizeof P / sizeof *P; pi++) {
+        kvq_cache_config cfg = cr_base_cfg(1, H, d, P[pi].k, P[pi].v);
+        cfg.f16_window = P[pi].window;
+        cfg.sink_tokens = P[pi].sink;
+        kvq_cache *c[3] = {NULL, NULL, NULL};
+        kvq_pool *pools[3] = {NULL, pool2, pool3};
+        for (int i = 0; i < 3; i++) {
+            CHECK_OK(kvq_cache_create(&c[i], &cfg));
+            if (!c[i]) goto next;
+            for (size_t p = 0, b = 0; p < ctx; b++) {
+                size_t n = batches[b % (sizeof batches / sizeof *batches)];
+                if (n > ctx - p) n = ctx - p;
+                CHECK_OK(kvq_cache_append_pool(c[i], 0, k + p * row, v + p * row, n, pools[i]));
+                p += n;
+            }
+        }
+        for (size_t p = 0; p < ctx; p++)
+            for (int h = 0; h < H; h++) {
+                const uint8_t *kr[3], *vr[3];
+                const kvq_plan *kp[3], *vp[3];
+                for (int i = 0; i < 3; i++) CHECK_OK(cache_locate(c[i], 0, h, p, &kr[i], &kp[i], &vr[i], &vp[i]));
+                for (int i = 1; i < 3; i++)
+                    CHECK(!memcmp(kr[0], kr[i], kvq_plan_code_bytes(kp[0])) &&
+                              !memcmp(vr[0], vr[i], kvq_plan_code_bytes(vp[0])),
+                          "k=%s v=%s pos %zu head %d: pool of %d vs none", P[pi].k, P[pi].v, p, h, i + 1);
+            }
+    next:
+        for (int i = 0; i < 3; i++) kvq_cache_free(c[i]);
+    }
+    free(k);
+    free(v);
+}
+
 /* ---- sliding-window layers ----------------------------------------------------- */
 static void test_sliding(kvq_pool *pool) {
     tu_rng rng = {13};
@@ -714,6 +757,7 @@ int main(void) {
     test_errors();
     test_memory();
     test_window();
+    test_append_pool(p2, p3);
     test_outliers();
     test_raw(p2);
     test_truncate(p2);

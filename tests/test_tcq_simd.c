@@ -1,7 +1,7 @@
 /*
  * tcq's SIMD kernels against the scalar references (tcq_kernels.h):
  *   - the forward recursion: the arrays M_t and the final costs bit for bit
- *     (src/codec/tcq_kernels_x86.c vs tcq_kernels.c), k = 1..4, on random
+ *     (src/codec/tcq_kernels_x86.c, AVX2 and AVX-512, vs tcq_kernels.c), k = 1..4, on random
  *     inputs, constrained and free starts, many lengths;
  *   - the whole encoder through the public API: a plan of each ISA
  *     (kvq_plan_clone_isa) gives the SAME codes as the scalar plan, for
@@ -40,6 +40,16 @@ static void test_forward(int k, int T, long c, tu_rng *r) {
     tcq_forward_avx2(&tc, u, T, Mb, Cb);
     CHECK(!memcmp(Ma, Mb, (size_t)T * R * 4) && !memcmp(Ca, Cb, S * 4), "forward k=%d T=%d c=%ld: AVX2 != reference", k,
           T, c);
+    if (kvq_cpu_isa() >= KVQ_ISA_AVX512) {
+        float *Md = malloc(tcq_scratch_bytes(&tc, T)), *Cd = malloc(S * 4);
+        memset(Md, 0, tcq_scratch_bytes(&tc, T));
+        tcq_m0(&tc, c, Md);
+        tcq_forward_avx512(&tc, u, T, Md, Cd);
+        CHECK(!memcmp(Ma, Md, (size_t)T * R * 4) && !memcmp(Ca, Cd, S * 4),
+              "forward k=%d T=%d c=%ld: AVX-512 != reference", k, T, c);
+        free(Md);
+        free(Cd);
+    }
     uint32_t sa[512], sb[512], e = tcq_argmin(&tc, Ca, c < 0 ? -1 : c);
     CHECK(tcq_argmin(&tc, Ca, -1) == tcq_argmin_all_avx2(&tc, Ca), "argmin k=%d T=%d", k, T);
     Ca[100] = Ca[3000] = -1.0f; /* equal minima: the first */

@@ -10,6 +10,7 @@
  * pages, a new tail ring, encoding) happens before anything visible changes.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,7 +88,84 @@ static int build_head_plans(const kvq_cache *c, const cache_layer *L, int layer,
     return KVQ_OK;
 }
 
+/*
+ * Encoding of main-store positions [p0, p1) over the pool: one task per
+ * (chunk of positions, head, K or V), each row encoded exactly as a serial
+ * loop would (plans are read-only, every task writes its own records), so
+ * the records do not depend on the pool. On failure the error is that of
+ * the first failing row in the serial order (position, head, K then V):
+ * each task stops at its first failing row and the least (row, code) key
+ * wins, whatever the schedule.
+ */
+#define ENC_CHUNK 16 /* positions per task */
+
+typedef struct {
+    const kvq_cache *c;
+    const cache_layer *L;
+    const float *k, *v;
+    size_t old_len, p0, p1;
+    kvq_plan *const *kh, *const *vh;
+    _Atomic uint64_t err; /* least (row key << 16 | -rc) of a failed row, UINT64_MAX if none */
+} enc_job;
+
+static void enc_fail(enc_job *J, uint64_t key, int rc) {
+    const uint64_t e = key << 16 | (uint16_t)-rc;
+    uint64_t cur = atomic_load(&J->err);
+    while (e < cur && !atomic_compare_exchange_weak(&J->err, &cur, e)) {
+    }
+}
+
+static void enc_task(void *arg, int task, int thread) {
+    (void)thread;
+    enc_job *J = arg;
+    const kvq_cache *c = J->c;
+    const cache_layer *L = J->L;
+    const int H = c->H, d = c->d, kv = task % 2, h = task / 2 % H;
+    const size_t row = (size_t)H * d, W = L->window, a = J->p0 + (size_t)(task / 2 / H) * ENC_CHUNK;
+    const size_t b = a + ENC_CHUNK < J->p1 ? a + ENC_CHUNK : J->p1;
+    const kvq_plan *pl = kv ? (L->v_per_head ? J->vh[h] : L->vplan) : (L->k_per_head ? J->kh[h] : L->kplan);
+    const float *in = kv ? J->v : J->k;
+    uint8_t h16[2 * KVQ_DIM_MAX];
+    for (size_t p = a; p < b; p++) {
+        uint8_t *page = store_page(L, p);
+        const size_t slot = p % L->page_tokens;
+        uint8_t *dst = kv ? page_v(c, L, page, h, slot) : page_k(c, L, page, h, slot);
+        int rc;
+        if (p < J->old_len) { /* leaves the tail */
+            rc = kvq_encode(pl, kv ? tail_v(c, L, h, p) : tail_k(c, L, h, p), KVQ_DTYPE_F16, 1, dst);
+        } else {
+            const float *x = in + (p - J->old_len) * row + (size_t)h * d;
+            if (W > 0 || (L->calib_tokens && p < L->calib_tokens)) { /* stored from its f16 value */
+                row_to_f16(x, h16, d);
+                rc = kvq_encode(pl, h16, KVQ_DTYPE_F16, 1, dst);
+            } else {
+                rc = kvq_encode(pl, x, KVQ_DTYPE_F32, 1, dst);
+            }
+        }
+        if (rc) {
+            enc_fail(J, ((p - J->p0) * (size_t)H + (size_t)h) * 2 + (size_t)kv, rc);
+            return;
+        }
+    }
+}
+
+static int encode_main(const kvq_cache *c, const cache_layer *L, const float *k, const float *v, size_t old_len,
+                       size_t p0, size_t p1, kvq_plan *const *kh, kvq_plan *const *vh, kvq_pool *pool) {
+    enc_job J = {c, L, k, v, old_len, p0, p1, kh, vh, 0};
+    atomic_init(&J.err, UINT64_MAX);
+    const size_t nchunk = (p1 - p0 + ENC_CHUNK - 1) / ENC_CHUNK;
+    if (nchunk > (size_t)0x7fffffff / 2 / (size_t)c->H) return KVQ_ERR_OVERFLOW;
+    int rc = kvq_pool_run(pool, enc_task, &J, (int)(nchunk * 2 * (size_t)c->H));
+    if (rc) return rc;
+    const uint64_t e = atomic_load(&J.err);
+    return e == UINT64_MAX ? KVQ_OK : -(int)(e & 0xffff);
+}
+
 int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, size_t ntok) {
+    return kvq_cache_append_pool(c, layer, k, v, ntok, NULL);
+}
+
+int kvq_cache_append_pool(kvq_cache *c, int layer, const float *k, const float *v, size_t ntok, kvq_pool *pool) {
     if (!c) return KVQ_ERR_NULL;
     if (layer < 0 || layer >= c->n_layers) return KVQ_ERR_INVALID_ARG;
     if (ntok == 0) return KVQ_OK;
@@ -127,7 +205,6 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
     /* 3. pages, then encode positions [L->main_end, main_end) (those below
      * the sink size are kept f16 in the sink) */
     if (!rc) rc = store_reserve(L, L->main_end > L->sink ? L->main_end : L->sink, main_end);
-    uint8_t h16[2 * KVQ_DIM_MAX];
     for (size_t p = L->main_end; p < main_end && p < L->sink && !rc; p++) {
         for (int h = 0; h < H; h++) {
             uint8_t *kd = sink_k(c, L, h, p), *vd = sink_v(c, L, h, p);
@@ -140,29 +217,9 @@ int kvq_cache_append(kvq_cache *c, int layer, const float *k, const float *v, si
             }
         }
     }
-    for (size_t p = L->main_end > L->sink ? L->main_end : L->sink; p < main_end && !rc; p++) {
-        uint8_t *page = store_page(L, p);
-        const size_t slot = p % L->page_tokens;
-        const int src_f16 = W > 0 || (L->calib_tokens && p < L->calib_tokens);
-        for (int h = 0; h < H && !rc; h++) {
-            const kvq_plan *kp = L->k_per_head ? kh[h] : L->kplan, *vp = L->v_per_head ? vh[h] : L->vplan;
-            uint8_t *kd = page_k(c, L, page, h, slot), *vd = page_v(c, L, page, h, slot);
-            if (p < old_len) { /* leaves the tail */
-                rc = kvq_encode(kp, tail_k(c, L, h, p), KVQ_DTYPE_F16, 1, kd);
-                if (!rc) rc = kvq_encode(vp, tail_v(c, L, h, p), KVQ_DTYPE_F16, 1, vd);
-            } else {
-                const float *kx = k + (p - old_len) * row + (size_t)h * d, *vx = v + (p - old_len) * row + (size_t)h * d;
-                if (src_f16) {
-                    row_to_f16(kx, h16, d);
-                    rc = kvq_encode(kp, h16, KVQ_DTYPE_F16, 1, kd);
-                    row_to_f16(vx, h16, d);
-                    if (!rc) rc = kvq_encode(vp, h16, KVQ_DTYPE_F16, 1, vd);
-                } else {
-                    rc = kvq_encode(kp, kx, KVQ_DTYPE_F32, 1, kd);
-                    if (!rc) rc = kvq_encode(vp, vx, KVQ_DTYPE_F32, 1, vd);
-                }
-            }
-        }
+    if (!rc) {
+        const size_t e0 = L->main_end > L->sink ? L->main_end : L->sink;
+        if (e0 < main_end) rc = encode_main(c, L, k, v, old_len, e0, main_end, kh, vh, pool);
     }
     if (rc) { /* roll back: nothing visible has changed */
         store_trim(L, L->main_end);

@@ -42,7 +42,8 @@ static void pass(const tcq_code *tc, const float *u, int T, long c, long end, lo
     tcq_m0(tc, c, M);
 #if KVQ_X86
     if (isa >= KVQ_ISA_AVX2) {
-        tcq_forward_avx2(tc, u, T, M, C);
+        if (isa >= KVQ_ISA_AVX512) tcq_forward_avx512(tc, u, T, M, C);
+        else tcq_forward_avx2(tc, u, T, M, C);
         const uint32_t e = end >= 0 ? (uint32_t)end : c2 < 0 ? tcq_argmin_all_avx2(tc, C) : tcq_argmin(tc, C, c2);
         tcq_traceback_avx2(tc, u, M, T, e, st);
         return;

@@ -20,7 +20,7 @@
  *
  * Files, each calling only those below it (tests/check_codec_calls.sh):
  *   tcq_dispatch.c     the two-pass tail-biting encoder and the kernel per ISA;
- *   tcq_kernels_x86.c  AVX2 steps of the forward recursion, AVX2 and AVX-512
+ *   tcq_kernels_x86.c  AVX2 and AVX-512 steps of the forward recursion, AVX2 and AVX-512
  *                      score and accumulate;
  *   tcq_kernels.c      the code, the scalar references (*_ref), argmin,
  *                      traceback and the record walk.
@@ -57,6 +57,8 @@ void tcq_m0(const tcq_code *tc, long c, float *m0);
 /* M_1 .. M_{T-1} into M + t R from M_0 at M, and C_{T-1} into C. */
 void tcq_forward_ref(const tcq_code *tc, const float *u, int T, float *M, float *C);
 void tcq_forward_avx2(const tcq_code *tc, const float *u, int T, float *M, float *C);
+/* AVX-512: bit for bit the same arrays (16 groups a pass). */
+void tcq_forward_avx512(const tcq_code *tc, const float *u, int T, float *M, float *C);
 /* The state of least cost (ties: the lowest state) among all states (c < 0)
  * or those with s & (R-1) == c. */
 uint32_t tcq_argmin(const tcq_code *tc, const float *C, long c);

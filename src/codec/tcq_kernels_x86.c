@@ -1,6 +1,6 @@
 /*
- * AVX2 kernels of the bitshift trellis (tcq_kernels.h), bit for bit the
- * scalar references of tcq_kernels.c.
+ * AVX2 (and AVX-512) kernels of the bitshift trellis (tcq_kernels.h), bit
+ * for bit the scalar references of tcq_kernels.c.
  *
  * Forward recursion, one step: for 8 consecutive groups r0..r0+7 and each
  * j, the candidates C_{t-1}[r0 + j R ..] are 8 contiguous states: one load
@@ -90,6 +90,80 @@ KVQ_TARGET_AVX2 void tcq_forward_avx2(const tcq_code *tc, const float *u, int T,
     case 2: forward_kl(2, tc->L, f, u, T, M, C); return;
     case 3: forward_kl(3, tc->L, f, u, T, M, C); return;
     default: forward_kl(4, tc->L, f, u, T, M, C); return;
+    }
+}
+
+/* AVX-512 forward step: 16 consecutive groups r0..r0+15 a pass, the same
+ * candidates in the same order j = 0 .. J-1 (one fma and one vminps each,
+ * lane by lane the AVX2 step's operations, so M_t is bit for bit the same).
+ * Lane l reads group (p0 + l) >> k of M_{t-1}, g = M_{t-1} + (p0 >> k):
+ * k = 4: one group, a broadcast; k = 3: groups g, g+1 (lanes 0-7, 8-15),
+ * k = 2: g .. g+3 (four lanes each): a broadcast of the 2 or 4 floats to
+ * every 128-bit lane, then an in-lane vpermilps; k = 1: g .. g+7 (two lanes
+ * each), a 256-bit load and a vpermps. The loads stay inside M_{t-1}. */
+KVQ_TARGET_AVX512 static inline __m512 mgroups16(const int k, const float *g, __m512i idx) {
+    if (k == 4) return _mm512_set1_ps(*g);
+    if (k == 3) {
+        double g2;
+        memcpy(&g2, g, sizeof g2); /* groups g, g+1 */
+        return _mm512_permutevar_ps(_mm512_castpd_ps(_mm512_set1_pd(g2)), idx);
+    }
+    if (k == 2) return _mm512_permutevar_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(g)), idx);
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(g)));
+}
+
+KVQ_TARGET_AVX512 static inline __m512i mgroups16_idx(const int k) {
+    if (k == 3) return _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    if (k == 2) return _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+}
+
+KVQ_TARGET_AVX512 static inline void step_avx512(const int k, const int L, const float *f, float ut, const float *mp,
+                                                 float *mt) {
+    const int J = 1 << k;
+    const uint32_t R = 1u << (L - k);
+    const __m512 uv = _mm512_set1_ps(ut);
+    const __m512i idx = mgroups16_idx(k);
+    for (uint32_t r0 = 0; r0 < R; r0 += 16) {
+        const float *fr = f + r0, *mr = mp + (r0 >> k);
+        __m512 e = _mm512_sub_ps(uv, _mm512_loadu_ps(fr));
+        __m512 m = _mm512_fmadd_ps(e, e, mgroups16(k, mr, idx));
+        for (int j = 1; j < J; j++) {
+            e = _mm512_sub_ps(uv, _mm512_loadu_ps(fr + (uint32_t)j * R));
+            m = _mm512_min_ps(m, _mm512_fmadd_ps(e, e, mgroups16(k, mr + (((uint32_t)j * R) >> k), idx)));
+        }
+        _mm512_storeu_ps(mt + r0, m);
+    }
+}
+
+KVQ_TARGET_AVX512 static inline void forward512_kl(const int k, const int L, const float *f, const float *u, int T,
+                                                   float *M, float *C) {
+    const uint32_t R = 1u << (L - k), S = 1u << L;
+    for (int t = 1; t < T; t++) step_avx512(k, L, f, u[t - 1], M + (size_t)(t - 1) * R, M + (size_t)t * R);
+    const float *ml = M + (size_t)(T - 1) * R;
+    const __m512 uv = _mm512_set1_ps(u[T - 1]);
+    const __m512i idx = mgroups16_idx(k);
+    for (uint32_t s0 = 0; s0 < S; s0 += 16) {
+        const __m512 e = _mm512_sub_ps(uv, _mm512_loadu_ps(f + s0));
+        _mm512_storeu_ps(C + s0, _mm512_fmadd_ps(e, e, mgroups16(k, ml + (s0 >> k), idx)));
+    }
+}
+
+/* R = 2^(L-k) >= 16 groups (L >= k + 4; the plans' L = 12, k <= 4). */
+KVQ_TARGET_AVX512 void tcq_forward_avx512(const tcq_code *tc, const float *u, int T, float *M, float *C) {
+    const float *f = tc->f;
+    if (tc->L - tc->k < 4) { tcq_forward_avx2(tc, u, T, M, C); return; }
+    if (tc->L == 12) switch (tc->k) {
+        case 1: forward512_kl(1, 12, f, u, T, M, C); return;
+        case 2: forward512_kl(2, 12, f, u, T, M, C); return;
+        case 3: forward512_kl(3, 12, f, u, T, M, C); return;
+        default: forward512_kl(4, 12, f, u, T, M, C); return;
+        }
+    switch (tc->k) {
+    case 1: forward512_kl(1, tc->L, f, u, T, M, C); return;
+    case 2: forward512_kl(2, tc->L, f, u, T, M, C); return;
+    case 3: forward512_kl(3, tc->L, f, u, T, M, C); return;
+    default: forward512_kl(4, tc->L, f, u, T, M, C); return;
     }
 }
 

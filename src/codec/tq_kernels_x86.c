@@ -245,7 +245,7 @@ KVQ_TARGET_AVX512 AI void accum_body(const tq_layout *L, const float *w, size_t 
     }
 }
 
-#define TQ_SPECIALISED(X) X(64, 1) X(64, 2) X(64, 3) X(64, 4) X(128, 1) X(128, 2) X(128, 3) X(128, 4) X(128, 5) \
+#define TQ_SPECIALISED(X) X(64, 1) X(64, 2) X(64, 3) X(64, 4) X(64, 5) X(128, 1) X(128, 2) X(128, 3) X(128, 4) X(128, 5) \
     X(256, 1) X(256, 2) X(256, 3) X(256, 4) X(256, 5) X(512, 2) X(512, 4)
 
 #define DEF_FAST(D, B)                                                                                     \

@@ -325,7 +325,11 @@ static int forward_chunk(kvq_session *S, const int32_t *tok, int ntok, float *lo
         }
         if ((rc = step(S, l, STEP_QKV, ntok))) return rc;
         if (S->p.kv_hook) S->p.kv_hook(S->p.kv_hook_user, l, S->pos, s->q, s->k, s->v, (size_t)ntok);
-        if ((rc = kvq_cache_append(S->cache, l, s->k, s->v, (size_t)ntok))) return rc;
+        /* the encoding over the pool for prefill chunks only: a decode step's
+         * 2 x n_kv_heads rows are too few tasks (on a loaded 2-core box a
+         * pool of 2 made a 1-token append of SmolLM2's tcq:3 values 1.5x
+         * slower; docs/RESULTS.md) */
+        if ((rc = kvq_cache_append_pool(S->cache, l, s->k, s->v, (size_t)ntok, ntok >= 16 ? S->pool : NULL))) return rc;
         if ((rc = kvq_cache_attend(S->cache, l, s->q, (size_t)ntok, c->n_head, S->pos, c->attn_scale, s->att, S->pool)))
             return rc;
         if (S->p.attn_hook) S->p.attn_hook(S->p.attn_hook_user, l, S->pos, s->att, (size_t)ntok, Q);
