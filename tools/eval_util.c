@@ -60,8 +60,10 @@ int eval_env_weights(eval_env *e, const eval_common *c, int separate) {
         fprintf(stderr, "kvq %s: --test-model is a kvq kld option\n", e->tool);
         return -1;
     }
-    if (!c->weights && !c->test_model) /* nothing to code; --keep alone is refused there */
-        return tool_code_weights(e->m, NULL, c->keep, e->pool, e->tool, 1) ? -1 : 0;
+    if (!c->weights && !c->test_model) {
+        if (c->keep) { fprintf(stderr, "kvq %s: --keep needs --weights\n", e->tool); return -1; }
+        return 0;
+    }
     kvq_model *t = e->m;
     if (separate) {
         char err[256] = "";

@@ -186,27 +186,25 @@ static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int6
     if ((rc = kvq_wmat_parse_spec(wspec, spec, sizeof spec, &block, why, sizeof why)))
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "kvq.weights.spec: %s", why);
     if (!block) block = kvq_wmat_default_block(cols);
-    if (block < KVQ_DIM_MIN || cols % block)
+    kvq_plan *p = NULL;
+    if (block < KVQ_DIM_MIN || cols % block || (rc = kvq_plan_create(&p, spec, block, (uint64_t)seed, NULL, 0)))
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s' does not fit rows of %lld values",
                     name, wspec, (long long)cols);
+    uint64_t n_bytes = (uint64_t)(cols / block) * (uint64_t)rows * kvq_plan_code_bytes(p);
+    kvq_plan_free(p);
+    const void *codes = kvq_gguf_tensor_span(g, t, n_bytes);
+    if (!codes)
+        return fail(L->err, L->cap, KVQ_ERR_TRUNCATED, "tensor %s: %llu bytes of codes are not all in the file", name,
+                    (unsigned long long)n_bytes);
+    out->data = codes;
     out->type = GGML_TYPE_F32; /* unused: the engine computes with out->coded */
     out->rows = rows;
     out->cols = cols;
     out->row_bytes = 0;
     if (L->dry) return KVQ_OK;
-    /* the plans once, here: they give the size the file must hold */
     kvq_wmat *w = NULL;
-    if ((rc = kvq_wmat_for_codes(&w, rows, cols, spec, block, (uint64_t)seed, why, sizeof why)))
-        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s': %s", name, wspec, why);
-    uint64_t n_bytes = kvq_wmat_code_bytes(w);
-    const void *codes = kvq_gguf_tensor_span(g, t, n_bytes);
-    if (!codes) {
-        kvq_wmat_free(w);
-        return fail(L->err, L->cap, KVQ_ERR_TRUNCATED, "tensor %s: %llu bytes of codes are not all in the file", name,
-                    (unsigned long long)n_bytes);
-    }
-    (void)kvq_wmat_set_codes(w, codes, (size_t)n_bytes, NULL, 0); /* the size is the one just asked for */
-    out->data = codes;
+    if ((rc = kvq_wmat_from_codes(&w, rows, cols, spec, block, (uint64_t)seed, codes, (size_t)n_bytes, why, sizeof why)))
+        return fail(L->err, L->cap, rc, "tensor %s: %s", name, why);
     if ((rc = kvq_model_adopt_wmat(L->m, w, name))) return fail(L->err, L->cap, rc, "out of memory");
     out->coded = w;
     L->m->n_weight_bytes += n_bytes;

@@ -51,6 +51,14 @@ static void pad_to(out_file *o, uint32_t align) {
     }
 }
 
+/* 1 if the codec spec of "SPEC[@B]" needs calibration rows. */
+static int spec_is_calibrated(const char *wspec) {
+    char spec[64];
+    int block = 0, needs = 0;
+    if (kvq_wmat_parse_spec(wspec, spec, sizeof spec, &block, NULL, 0)) return 0;
+    return kvq_spec_needs_calibration(spec, &needs) == KVQ_OK && needs;
+}
+
 static int is_kvq_key(kvq_gguf_str k) { return k.len >= 12 && !memcmp(k.ptr, "kvq.weights.", 12); }
 
 /* The coded matrix of tensor `name`, NULL if stored as is. */
@@ -72,7 +80,7 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
                         (int)t->name.len, t->name.ptr, t->type);
     }
     for (int i = 0; i < m->n_wmats; i++)
-        if (m->wmats[i]->calibrated)
+        if (m->wmats[i]->nplans > 1 || spec_is_calibrated(m->weights_spec))
             return fail(err, cap, KVQ_ERR_UNSUPPORTED,
                         "weights %s are calibrated (plans fitted to the source weights): they can be used at load "
                         "time (--weights) but not saved", m->weights_spec);

@@ -89,7 +89,6 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
     w->cols = cols;
     w->block = block;
     w->nb = (int)(cols / block);
-    w->calibrated = needs;
     w->nplans = needs ? w->nb : 1;
     w->plans = calloc((size_t)w->nplans, sizeof *w->plans);
     if (!w->plans) { kvq_wmat_free(w); return KVQ_ERR_NOMEM; }
@@ -206,31 +205,21 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
     return KVQ_OK;
 }
 
-int kvq_wmat_for_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
-                       char *err, size_t cap) {
-    return wmat_init(out, rows, cols, spec, block, seed, NULL, NULL, err, cap);
-}
-
-int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err, size_t cap) {
-    if (!w || !codes) return KVQ_ERR_NULL;
-    if (n_bytes != kvq_wmat_code_bytes(w))
-        return fail(err, cap, KVQ_ERR_FORMAT, "%zu bytes of codes, %lld x %lld in blocks of %d needs %zu", n_bytes,
-                    (long long)w->rows, (long long)w->cols, w->block, kvq_wmat_code_bytes(w));
-    w->codes = codes;
-    return KVQ_OK;
-}
-
 int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
                         const void *codes, size_t n_bytes, char *err, size_t cap) {
     if (!out || !spec || !codes) return KVQ_ERR_NULL;
     kvq_wmat *w = NULL;
-    int rc = kvq_wmat_for_codes(&w, rows, cols, spec, block, seed, err, cap);
-    if (!rc && (rc = kvq_wmat_set_codes(w, codes, n_bytes, err, cap))) {
+    int rc = wmat_init(&w, rows, cols, spec, block, seed, NULL, NULL, err, cap);
+    if (rc) return rc;
+    if (n_bytes != kvq_wmat_code_bytes(w)) {
+        size_t want = kvq_wmat_code_bytes(w);
         kvq_wmat_free(w);
-        w = NULL;
+        return fail(err, cap, KVQ_ERR_FORMAT, "%zu bytes of codes, %s at %lld x %lld (block %d) needs %zu", n_bytes, spec,
+                    (long long)rows, (long long)cols, block, want);
     }
+    w->codes = codes;
     *out = w;
-    return rc;
+    return KVQ_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -37,7 +37,6 @@ typedef struct kvq_wmat {
     int64_t rows, cols;
     int block;            /* values per record (B) */
     int nb;               /* cols / block */
-    int calibrated;       /* the spec fits its plans to the source rows */
     int nplans;           /* 1, or nb for calibrated specs */
     kvq_plan **plans;     /* (nplans) */
     size_t code_bytes;    /* per record */
@@ -77,11 +76,6 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
  */
 int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
                         const void *codes, size_t n_bytes, char *err, size_t err_cap);
-/* The same in two steps: the plans (codes NULL; kvq_wmat_code_bytes tells
- * how many bytes they need), then the borrowed codes, size checked. */
-int kvq_wmat_for_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
-                       char *err, size_t err_cap);
-int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err, size_t err_cap);
 void kvq_wmat_free(kvq_wmat *w);
 
 /* Bytes of the codes (what the weights cost). */
