@@ -181,6 +181,8 @@ _ENGINE = {
     "kvq_model_free": (None, [_VP]),
     "kvq_model_get_info": (c_int, [_VP, POINTER(ModelInfoStruct)]),
     "kvq_model_layer_window": (c_int, [_VP, c_int]),
+    "kvq_model_quantize_weights": (c_int, [_VP, c_char_p, c_char_p, c_uint64, _VP, c_char_p, _SZ]),
+    "kvq_model_save": (c_int, [_VP, c_char_p, c_char_p, _SZ]),
     "kvq_model_gguf": (_VP, [_VP]),
     "kvq_tokenize": (c_int, [_VP, c_char_p, _SZ, c_int, c_int, _VP, _SZ, _PSZ]),
     "kvq_token_to_piece": (c_int, [_VP, c_int32, _VP, _SZ, _PSZ]),

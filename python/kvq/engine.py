@@ -115,13 +115,53 @@ class ModelInfo:
     add_bos: bool
     bos: int
     eos: int
-    n_weight_bytes: int
+    n_weight_bytes: int        #: every weight tensor, coded ones at their coded size
+    n_coded: int = 0           #: matrices computed on kvq codes (``Model(weights=...)`` or a ``kvq quantize`` file)
+    coded_bits: float = 0.0    #: their bits per weight, every stored byte counted (0 if none)
+    weights_spec: str = ""     #: their codec spec, e.g. "tcq:4" ("" if none)
     raw: dict = field(repr=False, compare=False, default_factory=dict)  #: every kvq_model_info field
 
     @property
     def kv_bytes_per_token_f16(self) -> int:
         """What one token costs in an f16 cache: n_layers * n_kv_heads * head_dim * 2 * 2."""
         return self.n_layers * self.n_kv_heads * self.head_dim * 4
+
+
+def _weights_args(weights: Optional[str], keep: Union[str, Sequence[str], None], seed: int,
+                  threads: int) -> Optional[str]:
+    """Checks Model()'s weight arguments before the file is mapped; returns keep as one comma list."""
+    if weights is None:
+        if keep is not None:
+            raise InvalidArgumentError(status=-2, call="kvq.Model", argument=keep, detail="keep needs weights")
+        return None
+    if not isinstance(weights, str) or not weights or "\0" in weights:
+        raise InvalidArgumentError(status=-2, call="kvq.Model", argument=weights,
+                                   detail="weights must be a codec spec string such as 'tcq:4' or 'tq-mse:4@128'")
+    if keep is not None and not isinstance(keep, str):
+        keep = ",".join(keep)
+    if keep is not None and "\0" in keep:
+        raise InvalidArgumentError(status=-2, call="kvq.Model", argument=keep, detail="NUL in keep")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 64:
+        raise InvalidArgumentError(status=-2, call="kvq.Model", argument=seed, detail="seed must be an int in [0, 2**64)")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InvalidArgumentError(status=-2, call="kvq.Model", argument=threads, detail="threads must be an int >= 1")
+    return keep
+
+
+def _code_weights(lib, ptr: int, weights: str, keep: Optional[str], seed: int, threads: int) -> None:
+    """kvq_model_quantize_weights on a freshly loaded model (no session exists yet)."""
+    c = _lib.core
+    pool = ctypes.c_void_p()
+    if threads > 1:
+        check(c.kvq_pool_create(ctypes.byref(pool), threads), "kvq_pool_create", argument=threads)
+    err = ctypes.create_string_buffer(512)
+    try:  # ctypes releases the GIL around the call (coding a model takes seconds)
+        rc = lib.kvq_model_quantize_weights(ptr, weights.encode(), None if keep is None else keep.encode(),
+                                            seed, pool.value, err, len(err))
+    finally:
+        if pool.value:
+            c.kvq_pool_free(pool.value)
+    check(rc, "kvq_model_quantize_weights", argument=weights, detail=err.value.decode("utf-8", "replace"))
 
 
 class Model:
@@ -141,7 +181,8 @@ class Model:
             print(piece, end="", flush=True)
     """
 
-    def __init__(self, path: Union[str, os.PathLike, None] = None) -> None:
+    def __init__(self, path: Union[str, os.PathLike, None] = None, *, weights: Optional[str] = None,
+                 keep: Union[str, Sequence[str], None] = None, seed: int = 0, threads: int = 2) -> None:
         self._h = None
         lib = _lib.engine()
         if path is None:
@@ -151,12 +192,25 @@ class Model:
             spath = os.fsdecode(spath)
         if "\0" in spath:
             raise FileIOError(status=-12, call="kvq_model_load", argument=spath, detail="NUL in path")
+        keep_s = _weights_args(weights, keep, seed, threads)
         out = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
         check(lib.kvq_model_load(ctypes.byref(out), os.fsencode(spath), err, len(err)), "kvq_model_load",
               argument=spath, detail=err.value.decode("utf-8", "replace"))
         self._lib = lib
         self._h = Handle(out.value, lib.kvq_model_free, f"kvq.Model({spath!r})")
+        if weights is not None:
+            try:
+                _code_weights(lib, out.value, weights, keep_s, seed, threads)
+            except BaseException:
+                self.close()
+                raise
+        self._read_info(out.value, spath)
+        self._piece_cache: dict = {}
+
+    def _read_info(self, ptr: int, spath: str) -> None:
+        lib = self._lib
+        out = ctypes.c_void_p(ptr)
         st = _lib.ModelInfoStruct()
         check(lib.kvq_model_get_info(out.value, ctypes.byref(st)), "kvq_model_get_info")
         raw = {}
@@ -171,8 +225,29 @@ class Model:
             n_kv_heads=st.n_head_kv, head_dim=st.head_dim, n_vocab=st.n_vocab, context_length=st.n_ctx_train,
             sliding_windows=windows, n_embd=st.n_embd, n_ff=st.n_ff, n_rot=st.n_rot, rope_base=st.rope_base,
             has_tokenizer=bool(st.has_tokenizer), has_chat_template=bool(st.has_chat_template),
-            add_bos=bool(st.add_bos), bos=st.bos, eos=st.eos, n_weight_bytes=st.n_weight_bytes, raw=raw)
-        self._piece_cache: dict = {}
+            add_bos=bool(st.add_bos), bos=st.bos, eos=st.eos, n_weight_bytes=st.n_weight_bytes,
+            n_coded=st.n_coded, coded_bits=st.coded_bits, weights_spec=raw["weights_spec"], raw=raw)
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the model as a GGUF file (kvq_model_save, as ``kvq quantize``): the source's metadata and
+        tensors, the coded matrices as kvq-coded tensors (docs/FORMAT.md) that ``Model(path)`` loads back
+        without re-coding. Written to PATH.tmp and renamed: a failure leaves no half file. Errors:
+        UnsupportedError for a spec that cannot be saved yet, FileIOError with the reason in ``.detail``.
+
+        Example::
+
+            kvq.Model("in.gguf", weights="tcq:4").save("out.kvq.gguf")
+        """
+        spath = os.fsdecode(os.fspath(path))
+        if "\0" in spath:
+            raise FileIOError(status=-12, call="kvq_model_save", argument=spath, detail="NUL in path")
+        err = ctypes.create_string_buffer(512)
+        p = self._h.acquire()
+        try:
+            rc = self._lib.kvq_model_save(p, os.fsencode(spath), err, len(err))
+        finally:
+            self._h.release()
+        check(rc, "kvq_model_save", argument=spath, detail=err.value.decode("utf-8", "replace"))
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
