@@ -8,7 +8,8 @@ Writes OUT_DIR/<target>/ for gguf, tokenizer, spec, vecfile and codec:
              biases and an output matrix, gemma3 + SentencePiece with
              sliding-window layers, QK and post norms, a tokenizer-less
              llama with rope_freqs and linear rope scaling; f32, f16, bf16,
-             q8_0, q4_0, q4_1, q5_0, q4_K, q6_K weights), a file with every
+             q8_0, q4_0, q4_1, q5_0, q4_K, q6_K weights; kvq-coded q8 and tcq:2
+             matrices as kvq quantize writes them), a file with every
              metadata value type (nested arrays, GGUF v2 and v3, alignment
              64), and the first bytes of the real models in models/ if any;
   tokenizer  byte 0 = tokenizer and flags, then text: corpus lines, chat
@@ -31,6 +32,9 @@ import sys
 # ---------------------------------------------------------------- GGUF writer
 T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = range(13)
 G_F32, G_F16, G_Q4_0, G_Q4_1, G_Q5_0, G_Q8_0, G_Q4_K, G_Q6_K, G_BF16 = 0, 1, 2, 3, 6, 8, 12, 14, 30
+G_KVQ = 0x4B56  # kvq-coded matrix (docs/FORMAT.md "Coded weights in GGUF")
+# record bytes of the specs the coded seeds use, per block B (kvq_plan_code_bytes of the library)
+KVQ_RECORD = {("q8", 32): 34, ("q8", 64): 68, ("tcq:2", 32): 10, ("tcq:2", 64): 18}
 BLOCK = {G_F32: (1, 4), G_F16: (1, 2), G_BF16: (1, 2), G_Q4_0: (32, 18), G_Q4_1: (32, 20), G_Q5_0: (32, 22),
          G_Q8_0: (32, 34), G_Q4_K: (256, 144), G_Q6_K: (256, 210)}
 
@@ -70,6 +74,11 @@ def quant_rows(rng, rows, cols, gtype, scale=0.05):
     elif gtype == G_BF16:
         for _ in range(rows * cols):
             out += struct.pack("<I", struct.unpack("<I", struct.pack("<f", rng.gauss(0, scale)))[0])[2:]
+    elif isinstance(gtype, tuple):  # (G_KVQ, spec): block-major codec records, B = the default block
+        block = max(b for b in (256, 128, 64, 32) if cols % b == 0)
+        rec = KVQ_RECORD[(gtype[1], block)]
+        for _ in range(rows * cols // block):
+            out += struct.pack("<e", scale) + bytes(rng.randrange(256) for _ in range(rec - 2))
     else:
         block, nbytes = BLOCK[gtype]
         assert cols % block == 0
@@ -104,7 +113,7 @@ def gguf_file(kvs, tensors, version=3, alignment=32):
         off += len(data)
     for (name, dims, gt, data), o in zip(tensors, offs):
         head += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
-        head += struct.pack("<IQ", gt, o)
+        head += struct.pack("<IQ", gt[0] if isinstance(gt, tuple) else gt, o)
     head += b"\0" * ((-len(head)) % alignment)
     body = bytearray()
     for (name, dims, gt, data), o in zip(tensors, offs):
@@ -244,6 +253,12 @@ def gguf_seeds(root):
                                      types={"attn_output": G_Q8_0, "ffn_down": G_Q8_0})
     rs = [("llama.rope.scaling.type", T_STR, "linear"), ("llama.rope.scaling.factor", T_F32, 2.0),
           ("llama.rope.dimension_count", T_U32, 16)]
+    # kvq quantize's output: coded matrices, f32 norms, a kept token_embd (not tq-mse: each of its plans
+    # solves a Lloyd-Max codebook, ~10 ms under ASan, which would slow the fuzzer 50x)
+    for spec in ("q8", "tcq:2"):
+        kw = [("kvq.weights.version", T_U32, 1), ("kvq.weights.spec", T_STR, spec), ("kvq.weights.seed", T_U64, 0)]
+        seeds["llama_kvq_" + spec.replace(":", "")] = model("llama", 9, 32, 1, 1, 64, 2, (G_KVQ, spec), None, extra_kv=kw,
+                                                           types={"token_embd": G_Q8_0})
     seeds["llama_f32_rope_freqs"] = model("llama", 8, 32, 1, 1, 32, 2, G_F32, None, extra_kv=rs, rope_freqs=8)
     for v in (2, 3):
         for al in (32, 64):
