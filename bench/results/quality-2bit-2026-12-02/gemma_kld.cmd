@@ -1,0 +1,1 @@
+build/kvq kld -m models/gemma-3-270m-q4_k_m.gguf -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json --policies "tcq:2+chscale/tcq:2,sliding=1,sink=1|tcq:2+chscale/tcq:2+center,sliding=1,sink=1"

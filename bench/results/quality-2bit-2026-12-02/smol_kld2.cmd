@@ -1,0 +1,1 @@
+build/kvq kld -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json --policies "tcq:2+chscale/tcq:2,sink=1|tcq:2+chscale/tcq:1,sink=1,f16layers=0|tcq:2+chscale/tcq:1,sink=1,f16layers=-1|tcq:2+chscale/tcq:1+center,sink=1,f16layers=0"
