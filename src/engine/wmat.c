@@ -73,10 +73,45 @@ typedef struct {
     size_t n_stats;
 } plan_src;
 
-/* Shape checks and the plans (one per block position for calibrated specs);
- * own: allocate the codes. *out is written on success only. */
+/* Plan creation, one task per plan (a tq-mse plan builds its codebook:
+ * ~4 ms at B = 64, and a calibrated matrix has one per block position). */
+typedef struct {
+    kvq_wmat *w;
+    const char *spec;
+    uint64_t seed;
+    const plan_src *ps;
+    size_t per;           /* stats floats per plan */
+    int *rcs;             /* (nplans) each plan's result */
+} plan_job;
+
+static void plan_task(void *arg, int i, int thread) {
+    (void)thread;
+    plan_job *j = arg;
+    kvq_wmat *w = j->w;
+    const plan_src *ps = j->ps;
+    const size_t B = (size_t)w->block;
+    int rc;
+    if (w->calibrated && ps->stats) {
+        rc = kvq_plan_create_from_stats(&w->plans[i], j->spec, w->block, j->seed, ps->stats + (size_t)i * j->per, j->per);
+    } else if (w->calibrated) { /* block i of the sample rows */
+        float *blk = malloc(sizeof(float) * ps->n_sample * B);
+        if (!blk) rc = KVQ_ERR_NOMEM;
+        else {
+            for (size_t r = 0; r < ps->n_sample; r++)
+                memcpy(blk + r * B, ps->sample + r * (size_t)w->cols + (size_t)i * B, sizeof(float) * B);
+            rc = kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, blk, ps->n_sample);
+            free(blk);
+        }
+    } else {
+        rc = kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, NULL, 0);
+    }
+    j->rcs[i] = rc;
+}
+
+/* Shape checks and the plans (one per block position for calibrated specs,
+ * built over pool); own: allocate the codes. *out is written on success only. */
 static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
-                     const plan_src *ps, int own, char *err, size_t cap) {
+                     const plan_src *ps, int own, kvq_pool *pool, char *err, size_t cap) {
     if (!out || !spec) return KVQ_ERR_NULL;
     if (rows < 1 || cols < 1) return fail(err, cap, KVQ_ERR_INVALID_ARG, "empty matrix (%lld x %lld)", (long long)rows, (long long)cols);
     if (!block) block = kvq_wmat_default_block(cols);
@@ -97,8 +132,7 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
         return fail(err, cap, KVQ_ERR_INVALID_ARG, "%zu stats floats; '%s' in %d blocks of %d needs %d x %zu", ps->n_stats,
                     spec, nb, block, nb, per);
     kvq_wmat *w = calloc(1, sizeof *w);
-    float *blk = needs && ps->sample ? malloc(sizeof(float) * ps->n_sample * (size_t)block) : NULL;
-    if (!w || (needs && ps->sample && !blk)) { free(w); free(blk); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory"); }
+    if (!w) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
     w->rows = rows;
     w->cols = cols;
     w->block = block;
@@ -106,28 +140,22 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
     w->calibrated = needs;
     w->nplans = needs ? nb : 1;
     w->plans = calloc((size_t)w->nplans, sizeof *w->plans);
-    if (!w->plans) { free(blk); kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory"); }
-    for (int i = 0; i < w->nplans; i++) {
-        if (needs && ps->stats) {
-            rc = kvq_plan_create_from_stats(&w->plans[i], spec, block, seed, ps->stats + (size_t)i * per, per);
-        } else if (needs) { /* block i of the sample rows */
-            for (size_t r = 0; r < ps->n_sample; r++)
-                memcpy(blk + r * (size_t)block, ps->sample + r * (size_t)cols + (size_t)i * (size_t)block,
-                       sizeof(float) * (size_t)block);
-            rc = kvq_plan_create(&w->plans[i], spec, block, seed, blk, ps->n_sample);
-        } else {
-            rc = kvq_plan_create(&w->plans[i], spec, block, seed, NULL, 0);
-        }
-        if (rc) {
-            free(blk);
-            kvq_wmat_free(w);
-            if (needs && ps->stats)
-                return fail(err, cap, rc, "the stats of block position %d (values %zu..%zu): %s", i, (size_t)i * per,
-                            (size_t)(i + 1) * per - 1, kvq_strerror(rc));
-            return fail(err, cap, rc, "weight spec '%s' at block %d: %s", spec, block, kvq_strerror(rc));
-        }
+    plan_job j = {.w = w, .spec = spec, .seed = seed, .ps = ps, .per = per};
+    j.rcs = calloc((size_t)w->nplans, sizeof *j.rcs);
+    if (!w->plans || !j.rcs) { free(j.rcs); kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory"); }
+    rc = kvq_pool_run(pool, plan_task, &j, w->nplans);
+    int bad = -1;
+    for (int i = 0; !rc && i < w->nplans && bad < 0; i++)
+        if (j.rcs[i]) bad = i, rc = j.rcs[i];
+    free(j.rcs);
+    if (rc) {
+        kvq_wmat_free(w);
+        if (bad < 0) return fail(err, cap, rc, "building the plans: %s", kvq_strerror(rc));
+        if (needs && ps->stats)
+            return fail(err, cap, rc, "the stats of block position %d (values %zu..%zu): %s", bad, (size_t)bad * per,
+                        (size_t)(bad + 1) * per - 1, kvq_strerror(rc));
+        return fail(err, cap, rc, "weight spec '%s' at block %d: %s", spec, block, kvq_strerror(rc));
     }
-    free(blk);
     if (!kvq_plan_can_decode(w->plans[0])) {
         kvq_wmat_free(w);
         return fail(err, cap, KVQ_ERR_NO_DECODE, "weight spec '%s' is key-only (it cannot reconstruct weights)", spec);
@@ -229,7 +257,7 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
         return fail(err, cap, rc, "calibration rows: %s", kvq_strerror(rc));
     ps.sample = sample;
     kvq_wmat *w = NULL;
-    rc = wmat_init(&w, src->rows, src->cols, spec, block, seed, &ps, 1, err, cap);
+    rc = wmat_init(&w, src->rows, src->cols, spec, block, seed, &ps, 1, pool, err, cap);
     free(sample);
     if (rc) return rc;
     code_job j = {.src = src, .w = w};
@@ -252,7 +280,7 @@ int kvq_wmat_for_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *s
                        const float *stats, size_t n_stats, char *err, size_t cap) {
     if (!out || !spec || (!stats && n_stats)) return KVQ_ERR_NULL;
     plan_src ps = {.stats = n_stats ? stats : NULL, .n_stats = n_stats};
-    return wmat_init(out, rows, cols, spec, block, seed, &ps, 0, err, cap);
+    return wmat_init(out, rows, cols, spec, block, seed, &ps, 0, NULL, err, cap);
 }
 
 int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err, size_t cap) {
