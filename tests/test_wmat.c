@@ -30,6 +30,7 @@ static const spec_case SPECS[] = {
     {"q8", 1e-4, 1, 1},
     {"tq-mse:5", 0.0025 * 1.3, 0, 1},
     {"tq-mse:4+outliers=8", 0.0089 * 1.2, 1, 0},
+    {"tq-mse:4+center", 0.0089 * 1.2, 1, 1},
 };
 
 static float *gauss_matrix(tu_rng *r, int64_t rows, int64_t cols) {
@@ -175,7 +176,8 @@ static void one_case(const spec_case *sc, int64_t rows, int64_t cols, int block,
         st[at] = NAN;
         CHECK(kvq_wmat_for_codes(&q, rows, cols, sc->spec, B, 7, st, ns, err, sizeof err) == KVQ_ERR_NONFINITE &&
                   q == keep && strstr(err, "block position") != NULL, "%s: NaN stats: %s", sc->spec, err);
-        st[at] = -1.0f; /* a scale (+chscale) / an outlier channel (+outliers) no calibration gives */
+        st[at] = 1e31f; /* a mean beyond 2^100 (+center), an inverse scale (+chscale), an outlier channel
+                         * (+outliers) no calibration gives */
         CHECK(kvq_wmat_for_codes(&q, rows, cols, sc->spec, B, 7, st, ns, err, sizeof err) == KVQ_ERR_RANGE && q == keep,
               "%s: out-of-range stats: %s", sc->spec, err);
         st[at] = saved;
