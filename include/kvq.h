@@ -175,6 +175,32 @@ KVQ_API void kvq_plan_free(kvq_plan *plan);
 /* 1 if the method needs calibration rows (kvq_plan_create's calib). */
 KVQ_API int kvq_spec_needs_calibration(const char *spec, int *needs);
 
+/*
+ * A calibrated plan's state (what kvq_plan_create fitted to its calibration
+ * rows) as floats, to store it and build the same plan later without the
+ * rows. +center: the channel means (dim floats); +chscale: the means, the
+ * channel scales a and their inverses 1 / a (3 x dim); +outliers=K: the K
+ * outlier channels, ascending (K floats). Non-calibrated specs: 0 floats.
+ */
+/* Floats of the state of spec at dim (KVQ_ERR_UNSUPPORTED_DIM, spec errors). */
+KVQ_API int kvq_spec_stats_floats(const char *spec, int dim, size_t *n);
+/* Floats of plan's state (kvq_spec_stats_floats of its spec and dim). */
+KVQ_API size_t kvq_plan_stats_floats(const kvq_plan *plan);
+/* Copies plan's state into out (n must be kvq_plan_stats_floats: KVQ_ERR_INVALID_ARG otherwise). */
+KVQ_API int kvq_plan_stats(const kvq_plan *plan, float *out, size_t n);
+/*
+ * The plan kvq_plan_create(spec, dim, seed, rows) built, from its state
+ * (kvq_plan_stats) instead of the rows: the same tables bit for bit, so the
+ * same codes, scores and decodes. n_stats must be kvq_spec_stats_floats
+ * (KVQ_ERR_INVALID_ARG otherwise; 0 for non-calibrated specs: a plain plan).
+ * Values no calibration can give are refused: KVQ_ERR_NONFINITE (NaN/Inf),
+ * KVQ_ERR_RANGE (a mean beyond 2^100, a scale outside [1/16, 16] or an
+ * inverse that is not 1 / a, an outlier channel that is not a whole number
+ * in [0, dim) or out of ascending order).
+ */
+KVQ_API int kvq_plan_create_from_stats(kvq_plan **out, const char *spec, int dim, uint64_t seed,
+                                       const float *stats, size_t n_stats);
+
 /* Canonical spec string of the plan ("tq-mse:4"). */
 KVQ_API const char *kvq_plan_spec(const kvq_plan *plan);
 KVQ_API int kvq_plan_dim(const kvq_plan *plan);

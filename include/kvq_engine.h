@@ -103,7 +103,7 @@ typedef struct kvq_model_info {
     uint64_t n_weight_bytes;  /* all weight tensors (coded ones at their coded size) */
     int type_count[KVQ_GGML_TYPE_SLOTS]; /* tensors per ggml type id (last slot: ids >= 63) */
     int n_coded;              /* tensors computed from kvq codes (kvq_model_quantize_weights) */
-    double coded_bits;        /* their bits per weight, every stored byte counted (0 if none) */
+    double coded_bits;        /* their bits per weight, every stored byte counted (codes, calibrated plans' stats; 0 if none) */
     char weights_spec[64];    /* their spec ("" if none) */
 } kvq_model_info;
 

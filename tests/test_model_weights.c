@@ -3,14 +3,19 @@
  * kvq_model_quantize_weights, kvq_model_save, kvq_model_load of the saved
  * file. The saved model must give bit-identical logits to the in-memory
  * one, re-saving it must give the same bytes, and a truncated file or a
- * second quantization must be refused. Needs the models of
+ * second quantization must be refused. Calibrated specs (+chscale) go
+ * through the file too, their plans rebuilt from the stats tensors: the same
+ * logits as coding at load time, and missing / misshaped / hostile stats are
+ * refused with the tensor named. Needs the models of
  * scripts/fetch-models.sh (skip, 77, without them; a failure under CI=true).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/gguf.h"
 #include "kvq.h"
 #include "kvq_engine.h"
 #include "testutil.h"
@@ -34,6 +39,72 @@ static int write_bytes(const char *path, const unsigned char *d, long n) {
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+/* First position of the n bytes of pat in d, or -1. */
+static long find_bytes(const unsigned char *d, long n, const char *pat) {
+    size_t k = strlen(pat);
+    for (long i = 0; i + (long)k <= n; i++)
+        if (!memcmp(d + i, pat, k)) return i;
+    return -1;
+}
+
+/* Loading a copy of the n bytes of d with one change must fail with rc and a message holding want. */
+static void refused(const char *cut, const unsigned char *d, long n, long at, const void *patch, size_t pn, int rc_want,
+                    const char *want, const char *what) {
+    unsigned char *c = malloc((size_t)n);
+    memcpy(c, d, (size_t)n);
+    memcpy(c + at, patch, pn);
+    char err[512] = "";
+    kvq_model *m = NULL;
+    CHECK(write_bytes(cut, c, n) == 0, "write %s", cut);
+    int rc = kvq_model_load(&m, cut, err, sizeof err);
+    CHECK(rc == rc_want && !m && strstr(err, want) != NULL, "%s: rc %d (want %d), '%s' (want '%s')", what, rc, rc_want,
+          err, want);
+    kvq_model_free(m);
+    free(c);
+}
+
+/* A calibrated file's stats refused when missing, misshaped, retyped, hostile or cut, and a calibrated
+ * spec under kvq.weights.version 1 (the layout: docs/FORMAT.md "Coded weights in GGUF"). */
+static void hostile_stats(const char *path, const char *cut, const unsigned char *d, long n) {
+    const char *name = "blk.0.attn_k.kvq_stats";
+    long at = find_bytes(d, n, name);
+    CHECK(at > 8, "%s holds %s", path, name);
+    if (at <= 8) return;
+    long info = at + (long)strlen(name); /* n_dims u32, ne0 u64, ne1 u64, type u32, offset u64 */
+    refused(cut, d, n, at + 14, "z", 1, KVQ_ERR_FORMAT, "blk.0.attn_k.kvq_stats is missing", "stats renamed");
+    uint64_t ne0;
+    memcpy(&ne0, d + info + 4, 8);
+    uint64_t small = ne0 - 8;
+    refused(cut, d, n, info + 4, &small, 8, KVQ_ERR_FORMAT, "expected f32 [", "stats ne0 - 8");
+    uint32_t f16 = 1;
+    refused(cut, d, n, info + 20, &f16, 4, KVQ_ERR_FORMAT, "stats tensor blk.0.attn_k.kvq_stats is f16", "stats f16");
+    kvq_gguf_file *g = NULL;
+    CHECK_OK(kvq_gguf_open(&g, path));
+    if (!g) return;
+    const kvq_gguf_tensor *t = kvq_gguf_find_tensor(g, name);
+    long data = t ? (long)(kvq_gguf_data_offset(g) + t->offset) : -1;
+    kvq_gguf_close(g);
+    CHECK(data > 0 && data + 12 < n, "stats data of %s", name);
+    if (data <= 0) return;
+    const float nan = NAN, big = 1e31f, zero = 0.0f;
+    refused(cut, d, n, data, &nan, 4, KVQ_ERR_FORMAT, "block position 0", "NaN mean");
+    refused(cut, d, n, data, &big, 4, KVQ_ERR_FORMAT, "block position 0", "mean beyond 2^100");
+    /* +chscale: floats [d, 2d) are the scales a */
+    refused(cut, d, n, data + 4 * (long)(ne0 / 3), &zero, 4, KVQ_ERR_FORMAT, "block position 0", "scale 0");
+    /* cut inside the stats: the reader refuses the file before any plan */
+    kvq_model *m = NULL;
+    char err[512] = "";
+    CHECK(write_bytes(cut, d, data + 8) == 0, "write %s", cut);
+    int rc = kvq_model_load(&m, cut, err, sizeof err);
+    CHECK(rc == KVQ_ERR_TRUNCATED && !m, "cut inside the stats: %d (%s)", rc, err);
+    kvq_model_free(m);
+    long ver = find_bytes(d, n, "kvq.weights.version");
+    uint32_t one = 1;
+    CHECK(ver > 0, "version key");
+    if (ver > 0)
+        refused(cut, d, n, ver + 19 + 4, &one, 4, KVQ_ERR_FORMAT, "kvq.weights.version 1 but spec", "version 1");
+}
+
 /* Logits of 12 tokens on model m (f16 cache), into out (12 * n_vocab). */
 static int logits_of(const kvq_model *m, kvq_pool *pool, float *out) {
     kvq_session_params sp = kvq_session_default_params();
@@ -46,7 +117,8 @@ static int logits_of(const kvq_model *m, kvq_pool *pool, float *out) {
     return rc;
 }
 
-static void one_model(const char *path, const char *spec, kvq_pool *pool) {
+static void one_model(const char *path, const char *spec, const char *keep, int n_coded, double bits_lo, double bits_hi,
+                      kvq_pool *pool) {
     char err[512] = "", out[256], out2[256], cut[256];
     snprintf(out, sizeof out, "/tmp/kvq_test_weights_%d.gguf", (int)getpid());
     snprintf(out2, sizeof out2, "/tmp/kvq_test_weights_%d_b.gguf", (int)getpid());
@@ -57,10 +129,11 @@ static void one_model(const char *path, const char *spec, kvq_pool *pool) {
     kvq_model_info ia, ib;
     CHECK_OK(kvq_model_get_info(a, &ia));
     uint64_t stored_bytes = ia.n_weight_bytes;
-    CHECK_OK(kvq_model_quantize_weights(a, spec, NULL, 0, pool, err, sizeof err));
+    CHECK_OK(kvq_model_quantize_weights(a, spec, keep, 0, pool, err, sizeof err));
     CHECK_OK(kvq_model_get_info(a, &ia));
-    CHECK(ia.n_coded == 7 * ia.n_layers, "%s: %d coded tensors, %d layers", path, ia.n_coded, ia.n_layers);
-    CHECK(ia.coded_bits > 4.0 && ia.coded_bits < 4.3, "%s: %.4f bits per weight", path, ia.coded_bits);
+    CHECK(ia.n_coded == n_coded * ia.n_layers, "%s %s: %d coded tensors, %d layers", path, spec, ia.n_coded,
+          ia.n_layers);
+    CHECK(ia.coded_bits > bits_lo && ia.coded_bits < bits_hi, "%s %s: %.4f bits per weight", path, spec, ia.coded_bits);
     CHECK(ia.n_weight_bytes < stored_bytes, "coded weights smaller than Q4_1 / Q4_K_M");
     CHECK(kvq_model_quantize_weights(a, spec, NULL, 0, pool, err, sizeof err) == KVQ_ERR_INVALID_ARG,
           "coding twice refused");
@@ -75,7 +148,8 @@ static void one_model(const char *path, const char *spec, kvq_pool *pool) {
         float *la = malloc(sizeof(float) * nv), *lb = malloc(sizeof(float) * nv);
         CHECK_OK(logits_of(a, pool, la));
         CHECK_OK(logits_of(b, pool, lb));
-        CHECK(!memcmp(la, lb, sizeof(float) * nv), "%s: logits of the saved file differ from the in-memory model", path);
+        CHECK(!memcmp(la, lb, sizeof(float) * nv), "%s %s: logits of the saved file differ from the in-memory model",
+              path, spec);
         free(la);
         free(lb);
         CHECK(kvq_model_quantize_weights(b, spec, NULL, 0, pool, err, sizeof err) == KVQ_ERR_INVALID_ARG,
@@ -84,7 +158,11 @@ static void one_model(const char *path, const char *spec, kvq_pool *pool) {
         CHECK_OK(kvq_model_save(b, out2, err, sizeof err));
         unsigned char *d1 = NULL, *d2 = NULL;
         long n1 = file_bytes(out, &d1), n2 = file_bytes(out2, &d2);
-        CHECK(n1 > 0 && n1 == n2 && !memcmp(d1, d2, (size_t)n1), "re-saved file differs (%ld vs %ld bytes)", n1, n2);
+        CHECK(n1 > 0 && n1 == n2 && !memcmp(d1, d2, (size_t)n1), "%s: re-saved file differs (%ld vs %ld bytes)", spec,
+              n1, n2);
+        int calibrated = 0;
+        CHECK_OK(kvq_spec_needs_calibration(spec, &calibrated));
+        if (calibrated && n1 > 0) hostile_stats(out, cut, d1, n1);
         /* truncated inside the last tensor's codes, and inside the header */
         long cuts[3] = {n1 - 1, n1 / 2, 40};
         for (int i = 0; i < 3 && n1 > 0; i++) {
@@ -100,15 +178,21 @@ static void one_model(const char *path, const char *spec, kvq_pool *pool) {
         kvq_model_free(b);
     }
     kvq_model_free(a);
-    /* calibrated specs code at load time but cannot be saved */
-    a = NULL;
+    remove(out);
+    remove(out2);
+    remove(cut);
+}
+
+static void bad_codings(const char *path, const char *spec, kvq_pool *pool) {
+    char err[512] = "";
+    kvq_model *a = NULL;
+    kvq_model_info ia;
+    CHECK(kvq_model_quantize_weights(NULL, spec, NULL, 0, pool, err, sizeof err) == KVQ_ERR_NULL, "NULL model");
     CHECK_OK(kvq_model_load(&a, path, err, sizeof err));
-    if (a) {
-        CHECK_OK(kvq_model_quantize_weights(a, "tq-mse:4+center", "token_embd,output,ffn", 0, pool, err, sizeof err));
-        CHECK(kvq_model_save(a, out2, err, sizeof err) == KVQ_ERR_UNSUPPORTED, "calibrated save refused");
-        CHECK(kvq_model_quantize_weights(NULL, spec, NULL, 0, pool, err, sizeof err) == KVQ_ERR_NULL, "NULL model");
-        kvq_model_free(a);
-    }
+    if (!a) return;
+    CHECK_OK(kvq_model_get_info(a, &ia));
+    uint64_t stored_bytes = ia.n_weight_bytes;
+    kvq_model_free(a);
     a = NULL;
     CHECK_OK(kvq_model_load(&a, path, err, sizeof err));
     if (a) {
@@ -121,9 +205,6 @@ static void one_model(const char *path, const char *spec, kvq_pool *pool) {
         CHECK(ia.n_coded == 0 && ia.n_weight_bytes == stored_bytes, "a failed coding leaves the model as it was");
         kvq_model_free(a);
     }
-    remove(out);
-    remove(out2);
-    remove(cut);
 }
 
 int main(void) {
@@ -137,7 +218,11 @@ int main(void) {
         snprintf(path, sizeof path, "%s/models/%s", root ? root : ".", names[i]);
         if (access(path, R_OK) != 0) continue;
         found++;
-        one_model(path, "tq-mse:4", pool);
+        one_model(path, "tq-mse:4", NULL, 7, 4.0, 4.3, pool);
+        /* calibrated: every matrix (stats 3 x cols floats each), and the trellis (slow encoder) on attn_k only */
+        one_model(path, "tq-mse:4+chscale", NULL, 7, 4.2, 4.5, pool);
+        one_model(path, "tcq:4+chscale", "token_embd,output,ffn,attn_q,attn_v,attn_output", 1, 4.0, 5.0, pool);
+        bad_codings(path, "tq-mse:4", pool);
     }
     kvq_pool_free(pool);
     if (!found) {

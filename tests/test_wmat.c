@@ -17,16 +17,20 @@ typedef struct {
     const char *spec;
     double rel_mse_max; /* relative MSE of the decoded weights on Gaussian rows */
     int int8_acts;      /* activations rounded to int8 per block (tq-mse <= 4, q8, q4) */
+    int batch_exact;    /* one token scores bit for bit as in a batch (not +outliers: its one-query
+                           kernel sums in another order, within float rounding of the batch one) */
 } spec_case;
 
 /* Bounds: docs/RESULTS.md codec table (Gaussian rows, d = 64) with 20% margin
  * for the small matrices here; q8: 8-bit absmax per block. */
 static const spec_case SPECS[] = {
-    {"tq-mse:4", 0.0089 * 1.2, 1},
-    {"tq-mse:2", 0.118 * 1.2, 1},
-    {"tq-mse:3+chscale", 0.035 * 1.3, 1},
-    {"q8", 1e-4, 1},
-    {"tq-mse:5", 0.0025 * 1.3, 0},
+    {"tq-mse:4", 0.0089 * 1.2, 1, 1},
+    {"tq-mse:2", 0.118 * 1.2, 1, 1},
+    {"tq-mse:3+chscale", 0.035 * 1.3, 1, 1},
+    {"q8", 1e-4, 1, 1},
+    {"tq-mse:5", 0.0025 * 1.3, 0, 1},
+    {"tq-mse:4+outliers=8", 0.0089 * 1.2, 1, 0},
+    {"tq-mse:4+center", 0.0089 * 1.2, 1, 1},
 };
 
 static float *gauss_matrix(tu_rng *r, int64_t rows, int64_t cols) {
@@ -72,7 +76,7 @@ static void one_case(const spec_case *sc, int64_t rows, int64_t cols, int block,
     x[3] = 25.0f; /* an outlier activation */
     float *y = malloc(sizeof(float) * (size_t)(ntok * rows));
     double *yr = malloc(sizeof(double) * (size_t)(ntok * rows));
-    CHECK_OK(kvq_wmat_matmul(q, pool, x, ntok, y, rows));
+    CHECK_OK(kvq_wmat_matmul(q, pool, NULL, x, ntok, y, rows));
     CHECK_OK(kvq_wmat_matmul_ref(q, x, ntok, yr));
     int bad = 0;
     for (int64_t t = 0; t < ntok && !bad; t++)
@@ -100,24 +104,94 @@ static void one_case(const spec_case *sc, int64_t rows, int64_t cols, int block,
         }
     tu_checks++;
 
-    /* one token at a time and one thread give the same bits */
-    float *y1 = malloc(sizeof(float) * (size_t)rows);
+    /* one token at a time and one thread give the same bits, with a workspace reused across calls of
+     * growing and shrinking sizes */
+    float *y1 = malloc(sizeof(float) * (size_t)(ntok * rows));
+    kvq_wmat_ws ws = {0};
     int same = 1;
     for (int64_t t = 0; t < ntok; t++) {
-        CHECK_OK(kvq_wmat_matmul(q, NULL, x + t * cols, 1, y1, rows));
-        same &= !memcmp(y1, y + t * rows, sizeof(float) * (size_t)rows);
+        CHECK_OK(kvq_wmat_matmul(q, NULL, t % 2 ? &ws : NULL, x + t * cols, 1, y1, rows));
+        if (sc->batch_exact) same &= !memcmp(y1, y + t * rows, sizeof(float) * (size_t)rows);
+        CHECK_OK(kvq_wmat_matmul(q, pool, &ws, x, t + 1, y1, rows));
+        same &= !memcmp(y1, y, sizeof(float) * (size_t)((t + 1) * rows));
     }
-    CHECK(same, "%s: batch of %lld / one thread differs from one token at a time", sc->spec, (long long)ntok);
+    kvq_wmat_ws_free(&ws);
+    kvq_wmat_ws_free(&ws); /* twice: harmless */
+    CHECK(same, "%s: batch of %lld / one thread / a reused workspace differs from one token at a time", sc->spec,
+          (long long)ntok);
 
     /* codes round-trip through kvq_wmat_from_codes (non-calibrated specs) */
     int calibrated = 0;
     CHECK_OK(kvq_spec_needs_calibration(sc->spec, &calibrated));
-    if (!calibrated) {
+    CHECK(q->calibrated == calibrated && (size_t)q->nplans == (calibrated ? (size_t)q->nb : 1), "%s: calibrated %d",
+          sc->spec, q->calibrated);
+    if (calibrated) {
+        /* the codes are those of one plan per block position fitted on that block of the rows (the sample
+         * is every row here: rows < 8192), and the plans rebuilt from their stats give the same products */
+        float *blk = malloc(sizeof(float) * (size_t)(rows * B));
+        uint8_t *ref = malloc(kvq_wmat_code_bytes(q));
+        for (int b = 0; b < q->nb; b++) {
+            for (int64_t i = 0; i < rows; i++) memcpy(blk + i * B, w + i * cols + (int64_t)b * B, sizeof(float) * (size_t)B);
+            kvq_plan *pb = NULL;
+            CHECK_OK(kvq_plan_create(&pb, sc->spec, B, 7, blk, (size_t)rows));
+            CHECK_OK(kvq_encode(pb, blk, KVQ_DTYPE_F32, (size_t)rows, ref + (size_t)b * (size_t)rows * q->code_bytes));
+            kvq_plan_free(pb);
+        }
+        CHECK(!memcmp(ref, q->codes, kvq_wmat_code_bytes(q)), "%s %lldx%lld: codes differ from per-block plans",
+              sc->spec, (long long)rows, (long long)cols);
+        size_t ns = kvq_wmat_stats_floats(q), per = 0;
+        CHECK_OK(kvq_spec_stats_floats(sc->spec, B, &per));
+        CHECK(ns == per * (size_t)q->nb && ns > 0, "%s: %zu stats floats", sc->spec, ns);
+        float *st = malloc(sizeof(float) * ns);
+        CHECK_OK(kvq_wmat_stats(q, st, ns));
+        CHECK(kvq_wmat_stats(q, st, ns - 1) == KVQ_ERR_INVALID_ARG, "stats count");
+        kvq_wmat *q2 = NULL;
+        CHECK_OK(kvq_wmat_for_codes(&q2, rows, cols, sc->spec, B, 7, st, ns, err, sizeof err));
+        if (q2) {
+            CHECK(q2->codes == NULL && kvq_wmat_code_bytes(q2) == kvq_wmat_code_bytes(q), "for_codes: no codes yet");
+            CHECK(kvq_wmat_set_codes(q2, q->codes, kvq_wmat_code_bytes(q) + 1, err, sizeof err) == KVQ_ERR_FORMAT,
+                  "long codes");
+            CHECK_OK(kvq_wmat_set_codes(q2, q->codes, kvq_wmat_code_bytes(q), err, sizeof err));
+            float *y2 = malloc(sizeof(float) * (size_t)(ntok * rows + cols)), *st2 = malloc(sizeof(float) * ns);
+            CHECK_OK(kvq_wmat_matmul(q2, pool, NULL, x, ntok, y2, rows));
+            CHECK(!memcmp(y2, y, sizeof(float) * (size_t)(ntok * rows)), "%s: plans from stats give other products",
+                  sc->spec);
+            CHECK_OK(kvq_wmat_row(q2, rows - 1, y2));
+            CHECK_OK(kvq_wmat_row(q, rows - 1, row));
+            CHECK(!memcmp(y2, row, sizeof(float) * (size_t)cols), "%s: plans from stats decode otherwise", sc->spec);
+            CHECK_OK(kvq_wmat_stats(q2, st2, ns));
+            CHECK(!memcmp(st, st2, sizeof(float) * ns), "%s: stats of the rebuilt plans differ", sc->spec);
+            free(y2);
+            free(st2);
+            kvq_wmat_free(q2);
+        }
+        /* hostile stats: refused, the block position named, *out untouched */
+        kvq_wmat *keep = q;
+        CHECK(kvq_wmat_for_codes(&q, rows, cols, sc->spec, B, 7, st, ns - 1, err, sizeof err) == KVQ_ERR_INVALID_ARG &&
+                  q == keep, "%s: stats count", sc->spec);
+        CHECK(kvq_wmat_for_codes(&q, rows, cols, sc->spec, B, 7, NULL, 0, err, sizeof err) ==
+                  KVQ_ERR_NEEDS_CALIBRATION && q == keep, "%s: no stats", sc->spec);
+        size_t at = ns - 1;
+        float saved = st[at];
+        st[at] = NAN;
+        CHECK(kvq_wmat_for_codes(&q, rows, cols, sc->spec, B, 7, st, ns, err, sizeof err) == KVQ_ERR_NONFINITE &&
+                  q == keep && strstr(err, "block position") != NULL, "%s: NaN stats: %s", sc->spec, err);
+        st[at] = 1e31f; /* a mean beyond 2^100 (+center), an inverse scale (+chscale), an outlier channel
+                         * (+outliers) no calibration gives */
+        CHECK(kvq_wmat_for_codes(&q, rows, cols, sc->spec, B, 7, st, ns, err, sizeof err) == KVQ_ERR_RANGE && q == keep,
+              "%s: out-of-range stats: %s", sc->spec, err);
+        st[at] = saved;
+        CHECK(kvq_wmat_set_codes(q, q->codes, kvq_wmat_code_bytes(q), err, sizeof err) == KVQ_ERR_STATE,
+              "owned codes are not replaced");
+        free(st);
+        free(ref);
+        free(blk);
+    } else {
         kvq_wmat *q2 = NULL;
         CHECK_OK(kvq_wmat_from_codes(&q2, rows, cols, sc->spec, B, 7, q->codes, kvq_wmat_code_bytes(q), err, sizeof err));
         if (q2) {
             float *y2 = malloc(sizeof(float) * (size_t)(ntok * rows));
-            CHECK_OK(kvq_wmat_matmul(q2, pool, x, ntok, y2, rows));
+            CHECK_OK(kvq_wmat_matmul(q2, pool, NULL, x, ntok, y2, rows));
             CHECK(!memcmp(y2, y, sizeof(float) * (size_t)(ntok * rows)), "%s: from_codes differs", sc->spec);
             free(y2);
             kvq_wmat_free(q2);
@@ -163,10 +237,16 @@ static void bad_inputs(void) {
     CHECK_OK(kvq_wmat_create(&q, &src, "tq-mse:4", 0, 1, NULL, err, sizeof err));
     float x[96], y[8];
     for (int i = 0; i < 96; i++) x[i] = 1.0f;
-    CHECK(kvq_wmat_matmul(q, NULL, x, 1, y, 7) == KVQ_ERR_INVALID_ARG, "ldy < rows");
-    CHECK(kvq_wmat_matmul(q, NULL, x, 0, y, 8) == KVQ_ERR_INVALID_ARG, "ntok 0");
+    CHECK(kvq_wmat_matmul(q, NULL, NULL, x, 1, y, 7) == KVQ_ERR_INVALID_ARG, "ldy < rows");
+    CHECK(kvq_wmat_matmul(q, NULL, NULL, x, 0, y, 8) == KVQ_ERR_INVALID_ARG, "ntok 0");
     x[40] = INFINITY;
-    CHECK(kvq_wmat_matmul(q, NULL, x, 1, y, 8) == KVQ_ERR_NONFINITE, "Inf activation");
+    CHECK(kvq_wmat_matmul(q, NULL, NULL, x, 1, y, 8) == KVQ_ERR_NONFINITE, "Inf activation");
+    float st[3 * 32 * 3] = {0};
+    kvq_wmat *q0 = q;
+    CHECK(kvq_wmat_for_codes(&q, 8, 96, "tq-mse:4", 32, 1, st, 96, err, sizeof err) == KVQ_ERR_INVALID_ARG && q == q0,
+          "stats for a plain spec");
+    CHECK(kvq_wmat_for_codes(&q, 8, 96, "tq-mse:4+chscale", 32, 1, NULL, 5, err, sizeof err) == KVQ_ERR_NULL && q == q0,
+          "NULL stats");
     CHECK(kvq_wmat_row(q, 8, y) == KVQ_ERR_INVALID_ARG && kvq_wmat_row(q, -1, y) == KVQ_ERR_INVALID_ARG, "row range");
     CHECK(kvq_wmat_from_codes(&q, 8, 96, "tq-mse:4+chscale", 32, 1, w, 100, err, sizeof err) == KVQ_ERR_NEEDS_CALIBRATION,
           "calibrated from codes");

@@ -351,7 +351,7 @@ int cmd_bench(int argc, char **argv) {
             extra[nextra++] = x;
             kvq_model_info xi;
             kvq_model_get_info(x, &xi);
-            if (xi.n_vocab != mc->n_vocab || xi.n_layers != mc->n_layers) {
+            if (!tool_same_model_shape(mc, &xi)) {
                 fprintf(stderr, "kvq bench: --models %s is not the same model as %s\n", e, o.model);
                 rc = 0;
                 goto done;

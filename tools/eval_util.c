@@ -18,6 +18,7 @@ int eval_env_open(eval_env *e, const char *tool, const char *model_path, int thr
     memset(e, 0, sizeof *e);
     e->tool = tool;
     e->threads = threads;
+    e->weights_seconds = NAN;
     if (!model_path) {
         if (tool_default_model(e->model_buf, sizeof e->model_buf, 1)) {
             fprintf(stderr, "kvq %s: no -m given and the default model could not be installed "
@@ -60,10 +61,8 @@ int eval_env_weights(eval_env *e, const eval_common *c, int separate) {
         fprintf(stderr, "kvq %s: --test-model is a kvq kld option\n", e->tool);
         return -1;
     }
-    if (!c->weights && !c->test_model) {
-        if (c->keep) { fprintf(stderr, "kvq %s: --keep needs --weights\n", e->tool); return -1; }
-        return 0;
-    }
+    if (!c->weights && !c->test_model) /* nothing to code; --keep alone is refused there */
+        return tool_code_weights(e->m, NULL, c->keep, e->pool, e->tool, 1) ? -1 : 0;
     kvq_model *t = e->m;
     if (separate) {
         char err[256] = "";
@@ -72,7 +71,7 @@ int eval_env_weights(eval_env *e, const eval_common *c, int separate) {
         if (rc) { fprintf(stderr, "kvq %s: %s\n", e->tool, err[0] ? err : kvq_strerror(rc)); return -1; }
         kvq_model_info ti;
         kvq_model_get_info(t, &ti);
-        if (ti.n_vocab != e->info.n_vocab || ti.n_layers != e->info.n_layers || ti.n_embd != e->info.n_embd) {
+        if (!tool_same_model_shape(&e->info, &ti)) {
             fprintf(stderr, "kvq %s: --test-model %s is not the same model shape as %s (vocab %d/%d, layers %d/%d)\n",
                     e->tool, path, e->model_path, ti.n_vocab, e->info.n_vocab, ti.n_layers, e->info.n_layers);
             kvq_model_free(t);
@@ -84,7 +83,7 @@ int eval_env_weights(eval_env *e, const eval_common *c, int separate) {
         if (t != e->m) kvq_model_free(t);
         return -1;
     }
-    e->weights_seconds = tool_now() - t0;
+    e->weights_seconds = c->weights ? tool_now() - t0 : NAN;
     e->m_test = t;
     e->test_path = c->test_model;
     kvq_model_get_info(t, &e->info_test);
@@ -109,7 +108,9 @@ void eval_json_weights(FILE *f, const eval_env *e) {
     else fprintf(f, "null");
     fprintf(f, ",\"weights_bits\":");
     eval_json_num(f, t->n_coded ? t->coded_bits : NAN);
-    fprintf(f, ",\"weight_bytes\":%llu,\"test_model\":", (unsigned long long)t->n_weight_bytes);
+    fprintf(f, ",\"weight_bytes\":%llu,\"weights_seconds\":", (unsigned long long)t->n_weight_bytes);
+    eval_json_num(f, e->weights_seconds); /* coding them at load time (--weights), else null */
+    fprintf(f, ",\"test_model\":");
     if (e->test_path) eval_json_str(f, eval_basename(e->test_path));
     else fprintf(f, "null");
 }

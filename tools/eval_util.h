@@ -30,7 +30,7 @@ typedef struct eval_env {
     kvq_model *m_test;      /* what tested sessions run on (eval_env_weights): m, or a second copy owned here */
     kvq_model_info info_test;
     const char *test_path;  /* --test-model (NULL: none) */
-    double weights_seconds; /* coding the weights took */
+    double weights_seconds; /* coding the weights (--weights) took; NaN when not coded here */
 } eval_env;
 
 /* Loads the model (default model when path is NULL), its tokenizer and a pool.

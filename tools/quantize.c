@@ -22,7 +22,8 @@ static void usage(FILE *f) {
             "  -o, --output OUT       the file written (through OUT.tmp, renamed when complete)\n"
             "  -t, --threads T        threads, 1..256 (default 2)\n"
             TOOL_WEIGHTS_USAGE
-            "  calibrated specs (+center, +chscale, +outliers) are refused: use them with --weights at load time\n");
+            "  calibrated specs (+center, +chscale, +outliers: tcq:4+chscale) store their plans' stats beside\n"
+            "  the codes (docs/FORMAT.md): OUT loads without the source and gives the same logits\n");
 }
 
 static double file_mib(const char *path) {

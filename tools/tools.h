@@ -33,6 +33,9 @@ struct kvq_model;
 struct kvq_pool;
 int tool_code_weights(struct kvq_model *m, const char *spec, const char *keep, struct kvq_pool *pool,
                       const char *tool, int quiet);
+/* 1 if b can stand in for a (another set of weights of the same model: vocabulary, layers and width). */
+struct kvq_model_info;
+int tool_same_model_shape(const struct kvq_model_info *a, const struct kvq_model_info *b);
 /* Help text of --weights / --keep. */
 #define TOOL_WEIGHTS_USAGE                                                                                \
     "  --weights SPEC         code the weight matrices with a kvq method at load time (tq-mse:4,\n"       \

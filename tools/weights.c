@@ -30,3 +30,7 @@ int tool_code_weights(kvq_model *m, const char *spec, const char *keep, kvq_pool
     }
     return 0;
 }
+
+int tool_same_model_shape(const kvq_model_info *a, const kvq_model_info *b) {
+    return a->n_vocab == b->n_vocab && a->n_layers == b->n_layers && a->n_embd == b->n_embd;
+}

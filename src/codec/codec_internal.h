@@ -189,10 +189,15 @@ struct kvq_wrapper {
     int needs_calib;                         /* 1: kvq_plan_create needs calibration rows */
     int (*selected)(const kvq_plan_opts *o); /* 1: the options ask for this wrapper */
     int (*inner)(const kvq_plan_opts *o, int d, uint64_t seed, kvq_plan_opts *io, int *id, uint64_t *iseed);
-    int (*calibrate)(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src);
+    /* from the calibration rows, src's tables (a clone), or stats (kvq_plan_create_from_stats: the floats of
+     * stats_get, checked: KVQ_ERR_NONFINITE / KVQ_ERR_RANGE for values no calibration gives) */
+    int (*calibrate)(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src, const float *stats);
     int (*attach)(kvq_plan *p);
     int (*unrotate)(const kvq_plan *p, const float *acc, float *out);
     void (*fini)(kvq_plan *p);
+    /* the calibrated state as floats (kvq_plan_stats): how many for options o at dim d, and a plan's */
+    size_t (*stats_floats)(const kvq_plan_opts *o, int d);
+    void (*stats_get)(const kvq_plan *p, float *out);
 };
 
 extern const kvq_method *const kvq_methods[];

@@ -132,14 +132,49 @@ static int inner(const kvq_plan_opts *o, int d, uint64_t seed, kvq_plan_opts *io
     return KVQ_OK;
 }
 
-/* The mean and channel scales: from the calibration rows, or src's (a clone). */
-static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src) {
+/* Stats (kvq_plan_stats): the mean (d floats), then with +chscale the scales a and their inverses (2 x d more);
+ * the scaled mean in the inner domain is derived (attach). */
+static size_t stats_floats(const kvq_plan_opts *o, int d) { return (size_t)d * (o->chscale ? 3 : 1); }
+
+static void stats_get(const kvq_plan *p, float *out) {
+    const size_t d = (size_t)p->d;
+    memcpy(out, p->mu, d * sizeof *out);
+    if (p->o.chscale) memcpy(out + d, p->mu + 2 * d, 2 * d * sizeof *out);
+}
+
+/* Imported stats: finite, the mean within fit's bound, the scales within [1/16, 16] (fit's lie in
+ * [d^-1/4, 10]) and each inverse the float of 1 / a (|a * ia - 1| <= 2^-20; fit rounds both from
+ * one double, within 2^-23). */
+static int stats_set(kvq_plan *p, const float *st) {
+    const int d = p->d;
+    double mm = 0;
+    for (int c = 0; c < d * (p->o.chscale ? 3 : 1); c++)
+        if (!isfinite(st[c])) return KVQ_ERR_NONFINITE;
+    for (int c = 0; c < d; c++) mm += (double)st[c] * st[c];
+    if (!(sqrt(mm) <= KVQ_SCALE32_MAX)) return KVQ_ERR_RANGE;
+    for (int c = 0; c < d; c++) {
+        p->mu[c] = st[c];
+        p->mu[2 * d + c] = p->mu[3 * d + c] = 1;
+    }
+    if (!p->o.chscale) return KVQ_OK;
+    for (int c = 0; c < d; c++) {
+        const float a = st[d + c], ia = st[2 * d + c];
+        if (!(a >= 0.0625f && a <= 16.0f) || !(fabs((double)a * ia - 1.0) <= 0x1p-20)) return KVQ_ERR_RANGE;
+        p->mu[2 * d + c] = a;
+        p->mu[3 * d + c] = ia;
+    }
+    return KVQ_OK;
+}
+
+/* The mean and channel scales: from the calibration rows, src's (a clone), or stats. */
+static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src, const float *stats) {
     p->mu = calloc(4 * (size_t)p->d, sizeof *p->mu);
     if (!p->mu) return KVQ_ERR_NOMEM;
     if (src) {
         memcpy(p->mu, src->mu, 4 * (size_t)p->d * sizeof *p->mu);
         return KVQ_OK;
     }
+    if (stats) return stats_set(p, stats);
     if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
     return fit(p, calib, n_calib);
 }
@@ -166,4 +201,5 @@ static void fini(kvq_plan *p) {
     p->mu = NULL;
 }
 
-const kvq_wrapper kvq_wrapper_center = {"+center", 1, selected, inner, calibrate, attach, unrotate, fini};
+const kvq_wrapper kvq_wrapper_center = {"+center", 1,      selected, inner,        calibrate, attach,
+                                        unrotate,  fini,   stats_floats, stats_get};

@@ -450,9 +450,19 @@ static int inner(const kvq_plan_opts *o, int d, uint64_t seed, kvq_plan_opts *io
     return KVQ_OK;
 }
 
-/* The K outlier channels: the calibration rows' K of highest variance, or
- * src's (a clone). */
-static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src) {
+/* Stats (kvq_plan_stats): the K outlier channels, ascending, as floats. */
+static size_t stats_floats(const kvq_plan_opts *o, int d) {
+    (void)d;
+    return (size_t)o->outliers;
+}
+
+static void stats_get(const kvq_plan *p, float *out) {
+    for (int k = 0; k < p->o.outliers; k++) out[k] = (float)p->ch_out[k];
+}
+
+/* The K outlier channels: the calibration rows' K of highest variance, src's
+ * (a clone), or stats (whole channel numbers in [0, d), ascending). */
+static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_plan *src, const float *stats) {
     const int K = p->o.outliers, d = p->d, di = d - K;
     p->ch_out = malloc((size_t)K * sizeof(int));
     p->ch_in = malloc((size_t)di * sizeof(int));
@@ -460,6 +470,14 @@ static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_
     if (!p->ch_out || !p->ch_in || !p->priv) return KVQ_ERR_NOMEM;
     if (src) {
         memcpy(p->ch_out, src->ch_out, (size_t)K * sizeof(int));
+    } else if (stats) {
+        for (int k = 0; k < K; k++) {
+            if (!isfinite(stats[k])) return KVQ_ERR_NONFINITE;
+            if (!(stats[k] >= 0 && stats[k] < (float)d) || stats[k] != floorf(stats[k]) ||
+                (k && !(stats[k] > stats[k - 1])))
+                return KVQ_ERR_RANGE;
+            p->ch_out[k] = (int)stats[k];
+        }
     } else {
         if (!calib || n_calib == 0) return KVQ_ERR_NEEDS_CALIBRATION;
         double mean[KVQ_DIM_MAX], var[KVQ_DIM_MAX];
@@ -508,4 +526,5 @@ static void fini(kvq_plan *p) {
     p->priv = NULL, p->ch_out = p->ch_in = NULL;
 }
 
-const kvq_wrapper kvq_wrapper_outliers = {"+outliers", 1, selected, inner, calibrate, attach, unrotate, fini};
+const kvq_wrapper kvq_wrapper_outliers = {"+outliers", 1,      selected, inner,        calibrate, attach,
+                                          unrotate,    fini,   stats_floats, stats_get};

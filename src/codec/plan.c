@@ -30,7 +30,7 @@ static const kvq_wrapper *wrapper_of(const kvq_plan_opts *o, int *count) {
  * gives, then the wrapper attaches its record and kernels around it.
  */
 static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int dim, uint64_t seed, const float *calib,
-                    size_t n_calib, kvq_isa isa, const kvq_plan *src) {
+                    size_t n_calib, kvq_isa isa, const kvq_plan *src, const float *stats) {
     if (dim < KVQ_DIM_MIN || dim > KVQ_DIM_MAX || dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
     if (m->max_bits > 0) {
         if (o.bits < 0) o.bits = m->default_bits;
@@ -62,8 +62,8 @@ static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int di
         rc = KVQ_ERR_INVALID_ARG;
     } else if (w) {
         p->w = w;
-        rc = w->calibrate(p, calib, n_calib, src);
-        if (!rc) rc = plan_new(&p->inner, m, io, idim, iseed, NULL, 0, isa, NULL);
+        rc = w->calibrate(p, calib, n_calib, src, stats);
+        if (!rc) rc = plan_new(&p->inner, m, io, idim, iseed, NULL, 0, isa, NULL, NULL);
         if (!rc) rc = w->attach(p);
     } else {
         rc = m->init(p);
@@ -78,7 +78,7 @@ static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int di
 }
 
 static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, const float *calib, size_t n_calib,
-                      kvq_isa isa, const kvq_plan *src) {
+                      kvq_isa isa, const kvq_plan *src, const float *stats) {
     if (!out || !spec) return KVQ_ERR_NULL;
     if (dim < KVQ_DIM_MIN || dim > KVQ_DIM_MAX || dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
     /* n_calib rows of dim floats must be addressable */
@@ -87,18 +87,51 @@ static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, 
     kvq_plan_opts o;
     int rc = spec_parse(spec, &m, &o);
     if (rc) return rc;
-    return plan_new(out, m, o, dim, seed, calib, n_calib, isa, src);
+    return plan_new(out, m, o, dim, seed, calib, n_calib, isa, src, stats);
 }
 
 int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed, const float *calib, size_t n_calib) {
-    return plan_build(out, spec, dim, seed, calib, n_calib, KVQ_ISA_BEST, NULL);
+    return plan_build(out, spec, dim, seed, calib, n_calib, KVQ_ISA_BEST, NULL, NULL);
+}
+
+int kvq_spec_stats_floats(const char *spec, int dim, size_t *n) {
+    if (!spec || !n) return KVQ_ERR_NULL;
+    if (dim < KVQ_DIM_MIN || dim > KVQ_DIM_MAX || dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
+    const kvq_method *m;
+    kvq_plan_opts o;
+    int rc = spec_parse(spec, &m, &o), nw;
+    if (rc) return rc;
+    const kvq_wrapper *w = wrapper_of(&o, &nw);
+    *n = w && w->needs_calib ? w->stats_floats(&o, dim) : 0;
+    return KVQ_OK;
+}
+
+size_t kvq_plan_stats_floats(const kvq_plan *plan) {
+    return plan && plan->w && plan->w->needs_calib ? plan->w->stats_floats(&plan->o, plan->d) : 0;
+}
+
+int kvq_plan_stats(const kvq_plan *plan, float *out, size_t n) {
+    if (!plan || (!out && n)) return KVQ_ERR_NULL;
+    if (n != kvq_plan_stats_floats(plan)) return KVQ_ERR_INVALID_ARG;
+    if (n) plan->w->stats_get(plan, out);
+    return KVQ_OK;
+}
+
+int kvq_plan_create_from_stats(kvq_plan **out, const char *spec, int dim, uint64_t seed, const float *stats,
+                               size_t n_stats) {
+    if (!out || !spec || (!stats && n_stats)) return KVQ_ERR_NULL;
+    size_t want = 0;
+    int rc = kvq_spec_stats_floats(spec, dim, &want);
+    if (rc) return rc;
+    if (n_stats != want) return KVQ_ERR_INVALID_ARG;
+    return plan_build(out, spec, dim, seed, NULL, 0, KVQ_ISA_BEST, NULL, want ? stats : NULL);
 }
 
 int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa) {
     if (!out || !plan) return KVQ_ERR_NULL;
     if (isa != KVQ_ISA_SCALAR && isa != KVQ_ISA_AVX2 && isa != KVQ_ISA_AVX512 && isa != KVQ_ISA_BEST)
         return KVQ_ERR_INVALID_ARG;
-    return plan_build(out, plan->spec, plan->d, plan->seed, NULL, 0, isa, plan);
+    return plan_build(out, plan->spec, plan->d, plan->seed, NULL, 0, isa, plan, NULL);
 }
 
 int kvq_spec_needs_calibration(const char *spec, int *needs) {

@@ -34,6 +34,7 @@ typedef struct kvq_run_state {
     void *q8;          /* (n_batch, q8a row of max(n_embd, n_head*head_dim, n_ff)) quantized activations */
     double *inv_freq;  /* (n_rot/2) rope frequencies, global layers */
     double *inv_freq_swa; /* (n_rot/2) sliding-window layers */
+    kvq_wmat_ws wws;   /* kvq-coded matrices' scratch (kvq_wmat_matmul), grown on demand */
 } kvq_run_state;
 
 struct kvq_session {
@@ -60,6 +61,7 @@ static void free_state(kvq_run_state *s) {
     free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att); free(s->proj);
     free(s->hb); free(s->hb2); free(s->rope_cs); free(s->rope_cs_swa); free(s->q8);
     free(s->inv_freq); free(s->inv_freq_swa);
+    kvq_wmat_ws_free(&s->wws);
     memset(s, 0, sizeof *s);
 }
 
@@ -268,7 +270,7 @@ static int matmul_multi(kvq_session *S, const kvq_ggml_matrix *const *W, int nm,
     int ng = 0;
     for (int i = 0; i < nm && i < 4; i++) {
         if (W[i]->coded) {
-            int rc = kvq_wmat_matmul(W[i]->coded, S->pool, X, ntok, Y[i], ldy[i]);
+            int rc = kvq_wmat_matmul(W[i]->coded, S->pool, &S->s.wws, X, ntok, Y[i], ldy[i]);
             if (rc) return rc;
         } else {
             Wg[ng] = W[i];

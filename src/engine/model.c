@@ -166,8 +166,10 @@ typedef struct {
 
 /*
  * A kvq-coded matrix written by kvq quantize (docs/FORMAT.md "Coded weights
- * in GGUF"): the codes stay in the mapping; the plans are rebuilt from
- * kvq.weights.spec / kvq.weights.seed and the size is checked against them.
+ * in GGUF"): the codes stay in the mapping; the plans are built once, from
+ * kvq.weights.spec / kvq.weights.seed and, for a calibrated spec (version 2),
+ * the stats tensor of the matrix, and give the size the file must hold. The
+ * dry pass checks the keys and the shape only.
  */
 static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int64_t rows, int64_t cols,
                      kvq_ggml_matrix *out) {
@@ -175,10 +177,11 @@ static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int6
     uint32_t ver = 0;
     char wspec[64] = "", spec[64], why[256] = "";
     int64_t seed = 0;
-    int block = 0, rc = kvq_gguf_get_u32(g, "kvq.weights.version", &ver);
-    if (rc || ver != 1)
-        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s is kvq-coded but kvq.weights.version is %s (this reader: 1)",
-                    name, rc ? "missing" : "another");
+    int block = 0, needs = 0, rc = kvq_gguf_get_u32(g, "kvq.weights.version", &ver);
+    if (rc || (ver != 1 && ver != 2))
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT,
+                    "tensor %s is kvq-coded but kvq.weights.version is %s (this reader: 1, 2)", name,
+                    rc ? "missing" : "another");
     if (kvq_gguf_get_cstr(g, "kvq.weights.spec", wspec, sizeof wspec) ||
         kvq_gguf_get_i64(g, "kvq.weights.seed", &seed) || seed < 0)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s is kvq-coded but kvq.weights.spec / .seed are missing",
@@ -186,28 +189,61 @@ static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int6
     if ((rc = kvq_wmat_parse_spec(wspec, spec, sizeof spec, &block, why, sizeof why)))
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "kvq.weights.spec: %s", why);
     if (!block) block = kvq_wmat_default_block(cols);
-    kvq_plan *p = NULL;
-    if (block < KVQ_DIM_MIN || cols % block || (rc = kvq_plan_create(&p, spec, block, (uint64_t)seed, NULL, 0)))
+    if (block < KVQ_DIM_MIN || block > KVQ_DIM_MAX || block % 8 || cols % block ||
+        kvq_spec_needs_calibration(spec, &needs))
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s' does not fit rows of %lld values",
                     name, wspec, (long long)cols);
-    uint64_t n_bytes = (uint64_t)(cols / block) * (uint64_t)rows * kvq_plan_code_bytes(p);
-    kvq_plan_free(p);
-    const void *codes = kvq_gguf_tensor_span(g, t, n_bytes);
-    if (!codes)
-        return fail(L->err, L->cap, KVQ_ERR_TRUNCATED, "tensor %s: %llu bytes of codes are not all in the file", name,
-                    (unsigned long long)n_bytes);
-    out->data = codes;
+    if (needs != (ver == 2))
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT,
+                    "tensor %s: kvq.weights.version %u but spec '%s' is %scalibrated (version 2: calibrated plans "
+                    "with stats tensors, 1: plain)", name, ver, wspec, needs ? "" : "not ");
     out->type = GGML_TYPE_F32; /* unused: the engine computes with out->coded */
     out->rows = rows;
     out->cols = cols;
     out->row_bytes = 0;
     if (L->dry) return KVQ_OK;
+    float *stats = NULL;
+    size_t ns = 0;
+    if (needs) { /* the plans' stats: f32 [per block position, cols / block] */
+        char sname[80];
+        size_t per = 0;
+        const int nb = (int)(cols / block);
+        const kvq_gguf_tensor *st = NULL;
+        if (kvq_spec_stats_floats(spec, block, &per) || kvq_stats_tensor_name(name, strlen(name), sname, sizeof sname))
+            return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: no stats layout for '%s'", name, wspec);
+        if (!(st = kvq_gguf_find_tensor(g, sname)))
+            return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s (calibrated '%s'): its stats tensor %s is missing",
+                        name, wspec, sname);
+        if (st->type != GGML_TYPE_F32 || st->n_dims != 2 || st->ne[0] != per || st->ne[1] != (uint64_t)nb || !st->data)
+            return fail(L->err, L->cap, KVQ_ERR_FORMAT,
+                        "stats tensor %s is %s [%llu, %llu], expected f32 [%zu, %d] ('%s' in blocks of %d)", sname,
+                        kvq_ggml_type_name(st->type), (unsigned long long)st->ne[0],
+                        (unsigned long long)(st->n_dims > 1 ? st->ne[1] : 1), per, nb, spec, block);
+        ns = per * (size_t)nb;
+        if (!(stats = malloc(sizeof(float) * ns))) return fail(L->err, L->cap, KVQ_ERR_NOMEM, "out of memory");
+        memcpy(stats, st->data, sizeof(float) * ns); /* the mapping need not be float-aligned */
+    }
     kvq_wmat *w = NULL;
-    if ((rc = kvq_wmat_from_codes(&w, rows, cols, spec, block, (uint64_t)seed, codes, (size_t)n_bytes, why, sizeof why)))
+    rc = kvq_wmat_for_codes(&w, rows, cols, spec, block, (uint64_t)seed, stats, ns, why, sizeof why);
+    free(stats);
+    if (rc)
+        return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s'%s: %s", name, wspec,
+                    needs ? " and its stats" : "", why);
+    uint64_t n_bytes = kvq_wmat_code_bytes(w);
+    const void *codes = kvq_gguf_tensor_span(g, t, n_bytes);
+    if (!codes) {
+        kvq_wmat_free(w);
+        return fail(L->err, L->cap, KVQ_ERR_TRUNCATED, "tensor %s: %llu bytes of codes are not all in the file", name,
+                    (unsigned long long)n_bytes);
+    }
+    if ((rc = kvq_wmat_set_codes(w, codes, (size_t)n_bytes, why, sizeof why))) { /* the size it just asked for */
+        kvq_wmat_free(w);
         return fail(L->err, L->cap, rc, "tensor %s: %s", name, why);
+    }
+    out->data = codes;
     if ((rc = kvq_model_adopt_wmat(L->m, w, name))) return fail(L->err, L->cap, rc, "out of memory");
     out->coded = w;
-    L->m->n_weight_bytes += n_bytes;
+    L->m->n_weight_bytes += n_bytes + 4 * (uint64_t)ns;
     L->m->weights_seed = (uint64_t)seed;
     snprintf(L->m->weights_spec, sizeof L->m->weights_spec, "%s", wspec);
     return KVQ_OK;

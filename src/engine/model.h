@@ -105,6 +105,13 @@ void kvq_model_free_weights(kvq_model *m);
 /* Adopts a coded matrix read from the file (model.c's loader): the model
  * owns w from then on, also on failure (KVQ_ERR_NOMEM). */
 int kvq_model_adopt_wmat(kvq_model *m, struct kvq_wmat *w, const char *name);
+/* The name of the stats tensor of a calibrated coded tensor (docs/FORMAT.md):
+ * "X.weight" -> "X" KVQ_STATS_SUFFIX, another name + KVQ_STATS_SUFFIX; the
+ * name is n bytes (not NUL-terminated). 0, or -1 if it does not fit cap. */
+#define KVQ_STATS_SUFFIX ".kvq_stats"
+int kvq_stats_tensor_name(const char *name, size_t n, char *out, size_t cap);
+/* 1 if the n bytes of name end with KVQ_STATS_SUFFIX. */
+int kvq_is_stats_tensor(const char *name, size_t n);
 
 /* "norm" / "neox". */
 const char *kvq_rope_type_name(kvq_rope_type t);

@@ -4,7 +4,10 @@
  * (but earlier kvq.weights.* keys), then kvq.weights.version / .spec /
  * .seed when weights are coded. Tensors: in the source order; coded ones
  * (kvq_model_quantize_weights) with type KVQ_GGUF_TYPE_CODES, their logical
- * shape and their codes as data; the others copied as stored. Written to
+ * shape and their codes as data, each calibrated one followed by its stats
+ * tensor (f32 [stats floats per block position, block positions]: the plans'
+ * kvq_plan_stats; a source's stats tensors are not copied, they are
+ * written anew from the plans); the others copied as stored. Written to
  * PATH.tmp, then renamed over PATH, so a failure never leaves a half file
  * under PATH.
  */
@@ -51,14 +54,6 @@ static void pad_to(out_file *o, uint32_t align) {
     }
 }
 
-/* 1 if the codec spec of "SPEC[@B]" needs calibration rows. */
-static int spec_is_calibrated(const char *wspec) {
-    char spec[64];
-    int block = 0, needs = 0;
-    if (kvq_wmat_parse_spec(wspec, spec, sizeof spec, &block, NULL, 0)) return 0;
-    return kvq_spec_needs_calibration(spec, &needs) == KVQ_OK && needs;
-}
-
 static int is_kvq_key(kvq_gguf_str k) { return k.len >= 12 && !memcmp(k.ptr, "kvq.weights.", 12); }
 
 /* The coded matrix of tensor `name`, NULL if stored as is. */
@@ -71,35 +66,45 @@ static const kvq_wmat *coded_of(const kvq_model *m, kvq_gguf_str name) {
 int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) {
     if (!m || !path) return KVQ_ERR_NULL;
     const kvq_gguf_file *g = m->gguf;
-    size_t nt = kvq_gguf_n_tensors(g), nkv = kvq_gguf_n_kv(g), kept_kv = 0;
+    size_t nt = kvq_gguf_n_tensors(g), nkv = kvq_gguf_n_kv(g), kept_kv = 0, n_out = 0, stats_max = 0;
     for (size_t i = 0; i < nkv; i++) kept_kv += !is_kvq_key(kvq_gguf_kv_at(g, i)->key);
+    int calibrated = 0;
     for (size_t i = 0; i < nt; i++) {
         const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
-        if (!coded_of(m, t->name) && !t->size_known && t->type != KVQ_GGUF_TYPE_CODES)
+        const kvq_wmat *w = coded_of(m, t->name);
+        if (kvq_is_stats_tensor(t->name.ptr, (size_t)t->name.len)) continue; /* written anew after its matrix */
+        if (!w && !t->size_known && t->type != KVQ_GGUF_TYPE_CODES)
             return fail(err, cap, KVQ_ERR_UNSUPPORTED, "tensor %.*s has a type this writer cannot size (%u)",
                         (int)t->name.len, t->name.ptr, t->type);
+        char sname[80];
+        if (w && w->calibrated && kvq_stats_tensor_name(t->name.ptr, (size_t)t->name.len, sname, sizeof sname))
+            return fail(err, cap, KVQ_ERR_UNSUPPORTED, "tensor %.*s: name too long for its stats tensor",
+                        (int)t->name.len, t->name.ptr);
+        n_out += 1 + (w && w->calibrated);
+        if (w && w->calibrated) {
+            calibrated = 1;
+            if (kvq_wmat_stats_floats(w) > stats_max) stats_max = kvq_wmat_stats_floats(w);
+        }
     }
-    for (int i = 0; i < m->n_wmats; i++)
-        if (m->wmats[i]->nplans > 1 || spec_is_calibrated(m->weights_spec))
-            return fail(err, cap, KVQ_ERR_UNSUPPORTED,
-                        "weights %s are calibrated (plans fitted to the source weights): they can be used at load "
-                        "time (--weights) but not saved", m->weights_spec);
+    float *stats = calibrated ? malloc(sizeof(float) * stats_max) : NULL;
+    if (calibrated && !stats) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
     uint32_t align = kvq_gguf_alignment(g);
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
-    if (!tmp) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
+    if (!tmp) { free(stats); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory"); }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     out_file o = {fopen(tmp, "wb"), 0, 0};
     if (!o.f) {
         int e = errno;
         free(tmp);
+        free(stats);
         return fail(err, cap, KVQ_ERR_IO, "%s: %s", path, strerror(e));
     }
     int coded = m->n_wmats > 0;
     put_u32(&o, GGUF_MAGIC);
     put_u32(&o, 3);
-    put_u64(&o, nt);
+    put_u64(&o, n_out);
     put_u64(&o, kept_kv + (coded ? 3 : 0));
     for (size_t i = 0; i < nkv; i++) {
         const kvq_gguf_kv *kv = kvq_gguf_kv_at(g, i);
@@ -108,7 +113,7 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
     if (coded) {
         put_str(&o, "kvq.weights.version", 19);
         put_u32(&o, GGUF_TYPE_UINT32);
-        put_u32(&o, 1);
+        put_u32(&o, calibrated ? 2 : 1); /* 2: calibrated plans, from their stats tensors */
         put_str(&o, "kvq.weights.spec", 16);
         put_u32(&o, GGUF_TYPE_STRING);
         put_str(&o, m->weights_spec, strlen(m->weights_spec));
@@ -116,11 +121,13 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
         put_u32(&o, GGUF_TYPE_UINT64);
         put_u64(&o, m->weights_seed);
     }
+
     /* tensor infos, offsets packed in order */
     uint64_t off = 0;
     for (size_t i = 0; i < nt; i++) {
         const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
         const kvq_wmat *w = coded_of(m, t->name);
+        if (kvq_is_stats_tensor(t->name.ptr, (size_t)t->name.len)) continue;
         uint64_t n = w ? kvq_wmat_code_bytes(w) : t->n_bytes;
         put_str(&o, t->name.ptr, (size_t)t->name.len);
         put_u32(&o, t->n_dims);
@@ -129,27 +136,51 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
         put_u64(&o, off);
         off += n;
         off += (align - off % align) % align;
+        if (w && w->calibrated) { /* its stats: f32 [per_block, nb] */
+            char sname[80];
+            (void)kvq_stats_tensor_name(t->name.ptr, (size_t)t->name.len, sname, sizeof sname); /* checked above */
+            put_str(&o, sname, strlen(sname));
+            put_u32(&o, 2);
+            put_u64(&o, (uint64_t)(kvq_wmat_stats_floats(w) / (size_t)w->nb));
+            put_u64(&o, (uint64_t)w->nb);
+            put_u32(&o, 0); /* GGML_TYPE_F32 */
+            put_u64(&o, off);
+            off += 4 * (uint64_t)kvq_wmat_stats_floats(w);
+            off += (align - off % align) % align;
+        }
     }
     pad_to(&o, align);
     uint64_t data0 = o.pos;
     for (size_t i = 0; i < nt && !o.bad; i++) {
         const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
         const kvq_wmat *w = coded_of(m, t->name);
+        if (kvq_is_stats_tensor(t->name.ptr, (size_t)t->name.len)) continue;
         if (w) put(&o, w->codes, kvq_wmat_code_bytes(w));
         else if (t->type == KVQ_GGUF_TYPE_CODES) { /* re-saving a loaded coded file: the matrix is in m */
             o.bad = 2;
             break;
         } else put(&o, t->data, (size_t)t->n_bytes);
         if ((o.pos - data0) % align) pad_to(&o, align);
+        if (w && w->calibrated) {
+            size_t ns = kvq_wmat_stats_floats(w);
+            if (kvq_wmat_stats(w, stats, ns)) { o.bad = 2; break; }
+            for (size_t k = 0; k < ns; k++) { /* little-endian f32, as the rest of the file */
+                uint32_t u;
+                memcpy(&u, &stats[k], 4);
+                put_u32(&o, u);
+            }
+            if ((o.pos - data0) % align) pad_to(&o, align);
+        }
     }
     int bad = o.bad;
+    free(stats);
     if (fclose(o.f) && !bad) bad = 1;
     if (!bad && rename(tmp, path)) bad = 1;
     if (bad) {
         int e = errno;
         remove(tmp);
         free(tmp);
-        if (bad == 2) return fail(err, cap, KVQ_ERR_STATE, "coded tensor without its matrix");
+        if (bad == 2) return fail(err, cap, KVQ_ERR_STATE, "coded tensor without its matrix, or its plans' stats");
         return fail(err, cap, KVQ_ERR_IO, "%s: %s", path, strerror(e));
     }
     free(tmp);

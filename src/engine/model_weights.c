@@ -110,7 +110,7 @@ int kvq_model_quantize_weights(kvq_model *m, const char *wspec, const char *keep
         if (kept(list[i].name, keep)) continue;
         kvq_ggml_matrix *mat = list[i].mat;
         m->n_weight_bytes -= (size_t)mat->rows * mat->row_bytes;
-        m->n_weight_bytes += kvq_wmat_code_bytes(w[k]);
+        m->n_weight_bytes += kvq_wmat_code_bytes(w[k]) + sizeof(float) * kvq_wmat_stats_floats(w[k]);
         m->type_count[mat->type]--;
         snprintf(names[k], sizeof names[k], "%s", list[i].name);
         mat->coded = w[k++];
@@ -147,4 +147,16 @@ int kvq_model_adopt_wmat(kvq_model *m, kvq_wmat *w, const char *name) {
     m->wmats[m->n_wmats++] = w;
     m->n_coded_tensors = m->n_wmats;
     return KVQ_OK;
+}
+
+int kvq_stats_tensor_name(const char *name, size_t n, char *out, size_t cap) {
+    if (n >= cap) return -1;
+    if (n >= 7 && !memcmp(name + n - 7, ".weight", 7)) n -= 7;
+    int k = snprintf(out, cap, "%.*s%s", (int)n, name, KVQ_STATS_SUFFIX);
+    return k < 0 || (size_t)k >= cap ? -1 : 0;
+}
+
+int kvq_is_stats_tensor(const char *name, size_t n) {
+    const size_t k = sizeof KVQ_STATS_SUFFIX - 1;
+    return n >= k && !memcmp(name + n - k, KVQ_STATS_SUFFIX, k);
 }

@@ -64,14 +64,55 @@ size_t kvq_wmat_code_bytes(const kvq_wmat *w) { return w ? (size_t)w->nb * (size
 
 double kvq_wmat_bits(const kvq_wmat *w) { return w ? (double)w->code_bytes * 8.0 / (double)w->block : 0.0; }
 
-/* Shape checks and the plans; calib (when the spec needs it) gives block b's
- * rows through calib_fn. */
-typedef int (*calib_fn)(void *user, int b, float **rows, size_t *n);
+/* Where a calibrated spec's plans come from: sample rows of the matrix (n x
+ * cols, coding) or the plans' stats (nb x stats floats, a saved file). */
+typedef struct {
+    const float *sample;
+    size_t n_sample;
+    const float *stats;
+    size_t n_stats;
+} plan_src;
 
+/* Plan creation, one task per plan (a tq-mse plan builds its codebook:
+ * ~4 ms at B = 64, and a calibrated matrix has one per block position). */
+typedef struct {
+    kvq_wmat *w;
+    const char *spec;
+    uint64_t seed;
+    const plan_src *ps;
+    size_t per;           /* stats floats per plan */
+    int *rcs;             /* (nplans) each plan's result */
+} plan_job;
+
+static void plan_task(void *arg, int i, int thread) {
+    (void)thread;
+    plan_job *j = arg;
+    kvq_wmat *w = j->w;
+    const plan_src *ps = j->ps;
+    const size_t B = (size_t)w->block;
+    int rc;
+    if (w->calibrated && ps->stats) {
+        rc = kvq_plan_create_from_stats(&w->plans[i], j->spec, w->block, j->seed, ps->stats + (size_t)i * j->per, j->per);
+    } else if (w->calibrated) { /* block i of the sample rows */
+        float *blk = malloc(sizeof(float) * ps->n_sample * B);
+        if (!blk) rc = KVQ_ERR_NOMEM;
+        else {
+            for (size_t r = 0; r < ps->n_sample; r++)
+                memcpy(blk + r * B, ps->sample + r * (size_t)w->cols + (size_t)i * B, sizeof(float) * B);
+            rc = kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, blk, ps->n_sample);
+            free(blk);
+        }
+    } else {
+        rc = kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, NULL, 0);
+    }
+    j->rcs[i] = rc;
+}
+
+/* Shape checks and the plans (one per block position for calibrated specs,
+ * built over pool); own: allocate the codes. *out is written on success only. */
 static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
-                     calib_fn cal, void *cal_user, char *err, size_t cap) {
+                     const plan_src *ps, int own, kvq_pool *pool, char *err, size_t cap) {
     if (!out || !spec) return KVQ_ERR_NULL;
-    *out = NULL;
     if (rows < 1 || cols < 1) return fail(err, cap, KVQ_ERR_INVALID_ARG, "empty matrix (%lld x %lld)", (long long)rows, (long long)cols);
     if (!block) block = kvq_wmat_default_block(cols);
     if (block < KVQ_DIM_MIN || block > KVQ_DIM_MAX || block % 8 || cols % block)
@@ -79,29 +120,41 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
                     "rows of %lld values cannot be cut into blocks of %d (a multiple of 8 in [%d, %d] dividing the row)",
                     (long long)cols, block, KVQ_DIM_MIN, KVQ_DIM_MAX);
     int needs = 0;
+    size_t per = 0; /* stats floats per block position */
     int rc = kvq_spec_needs_calibration(spec, &needs);
+    if (!rc) rc = kvq_spec_stats_floats(spec, block, &per);
     if (rc) return fail(err, cap, rc, "weight spec '%s': %s", spec, kvq_strerror(rc));
-    if (needs && !cal)
-        return fail(err, cap, KVQ_ERR_NEEDS_CALIBRATION, "weight spec '%s' is calibrated: it needs the source weights", spec);
+    const int nb = (int)(cols / block);
+    if (needs && !ps->sample && !ps->stats)
+        return fail(err, cap, KVQ_ERR_NEEDS_CALIBRATION,
+                    "weight spec '%s' is calibrated: it needs the source weights or the plans' stats", spec);
+    if (ps->stats && (size_t)nb * per != ps->n_stats)
+        return fail(err, cap, KVQ_ERR_INVALID_ARG, "%zu stats floats; '%s' in %d blocks of %d needs %d x %zu", ps->n_stats,
+                    spec, nb, block, nb, per);
     kvq_wmat *w = calloc(1, sizeof *w);
-    if (!w) return KVQ_ERR_NOMEM;
+    if (!w) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
     w->rows = rows;
     w->cols = cols;
     w->block = block;
-    w->nb = (int)(cols / block);
-    w->nplans = needs ? w->nb : 1;
+    w->nb = nb;
+    w->calibrated = needs;
+    w->nplans = needs ? nb : 1;
     w->plans = calloc((size_t)w->nplans, sizeof *w->plans);
-    if (!w->plans) { kvq_wmat_free(w); return KVQ_ERR_NOMEM; }
-    for (int i = 0; i < w->nplans; i++) {
-        float *crow = NULL;
-        size_t nc = 0;
-        if (needs && (rc = cal(cal_user, i, &crow, &nc))) { kvq_wmat_free(w); return fail(err, cap, rc, "calibration rows: %s", kvq_strerror(rc)); }
-        rc = kvq_plan_create(&w->plans[i], spec, block, seed, crow, nc);
-        free(crow);
-        if (rc) {
-            kvq_wmat_free(w);
-            return fail(err, cap, rc, "weight spec '%s' at block %d: %s", spec, block, kvq_strerror(rc));
-        }
+    plan_job j = {.w = w, .spec = spec, .seed = seed, .ps = ps, .per = per};
+    j.rcs = calloc((size_t)w->nplans, sizeof *j.rcs);
+    if (!w->plans || !j.rcs) { free(j.rcs); kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory"); }
+    rc = kvq_pool_run(pool, plan_task, &j, w->nplans);
+    int bad = -1;
+    for (int i = 0; !rc && i < w->nplans && bad < 0; i++)
+        if (j.rcs[i]) bad = i, rc = j.rcs[i];
+    free(j.rcs);
+    if (rc) {
+        kvq_wmat_free(w);
+        if (bad < 0) return fail(err, cap, rc, "building the plans: %s", kvq_strerror(rc));
+        if (needs && ps->stats)
+            return fail(err, cap, rc, "the stats of block position %d (values %zu..%zu): %s", bad, (size_t)bad * per,
+                        (size_t)(bad + 1) * per - 1, kvq_strerror(rc));
+        return fail(err, cap, rc, "weight spec '%s' at block %d: %s", spec, block, kvq_strerror(rc));
     }
     if (!kvq_plan_can_decode(w->plans[0])) {
         kvq_wmat_free(w);
@@ -111,12 +164,28 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
     w->qfloats = kvq_plan_query_floats(w->plans[0]);
     size_t n = (size_t)w->nb * (size_t)rows;
     if (n > SIZE_MAX / w->code_bytes) { kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_OVERFLOW, "matrix too large"); }
-    if (cal) { /* coded here: the codes are ours */
+    if (own) { /* coded here: the codes are ours */
         w->owned = malloc(n * w->code_bytes);
         if (!w->owned) { kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory for %zu bytes of codes", n * w->code_bytes); }
         w->codes = w->owned;
     }
     *out = w;
+    return KVQ_OK;
+}
+
+size_t kvq_wmat_stats_floats(const kvq_wmat *w) {
+    return w && w->calibrated ? (size_t)w->nb * kvq_plan_stats_floats(w->plans[0]) : 0;
+}
+
+int kvq_wmat_stats(const kvq_wmat *w, float *out, size_t n) {
+    if (!w || (!out && n)) return KVQ_ERR_NULL;
+    if (n != kvq_wmat_stats_floats(w)) return KVQ_ERR_INVALID_ARG;
+    if (!n) return KVQ_OK;
+    const size_t per = n / (size_t)w->nb;
+    for (int b = 0; b < w->nb; b++) {
+        int rc = kvq_plan_stats(w->plans[b], out + (size_t)b * per, per);
+        if (rc) return rc;
+    }
     return KVQ_OK;
 }
 
@@ -158,22 +227,17 @@ static void code_task(void *arg, int task, int thread) {
     if (rc && atomic_compare_exchange_strong(&j->rc, &zero, rc)) atomic_store(&j->bad_row, (long long)r0);
 }
 
-/* Calibration rows of block b: up to CALIB_ROWS_MAX rows spread evenly. */
-typedef struct { const kvq_ggml_matrix *src; int block; } calib_src;
-
-static int calib_rows(void *user, int b, float **rows, size_t *n) {
-    const calib_src *c = user;
-    int64_t R = c->src->rows, take = R < CALIB_ROWS_MAX ? R : CALIB_ROWS_MAX;
-    float *full = malloc(sizeof(float) * (size_t)c->src->cols);
-    float *out = malloc(sizeof(float) * (size_t)take * (size_t)c->block);
-    if (!full || !out) { free(full); free(out); return KVQ_ERR_NOMEM; }
+/* The calibration sample: up to CALIB_ROWS_MAX rows spread evenly over the
+ * matrix, dequantized once (every block position's plan is fitted on its
+ * block of these rows). */
+static int calib_sample(const kvq_ggml_matrix *src, float **rows, size_t *n) {
+    int64_t R = src->rows, take = R < CALIB_ROWS_MAX ? R : CALIB_ROWS_MAX;
+    float *out = malloc(sizeof(float) * (size_t)take * (size_t)src->cols);
+    if (!out) return KVQ_ERR_NOMEM;
     for (int64_t i = 0; i < take; i++) {
-        int64_t r = i * R / take;
-        int rc = dequant_rows(c->src, r, 1, full);
-        if (rc) { free(full); free(out); return rc; }
-        memcpy(out + (size_t)i * (size_t)c->block, full + (size_t)b * (size_t)c->block, sizeof(float) * (size_t)c->block);
+        int rc = dequant_rows(src, i * R / take, 1, out + (size_t)i * (size_t)src->cols);
+        if (rc) { free(out); return rc; }
     }
-    free(full);
     *rows = out;
     *n = (size_t)take;
     return KVQ_OK;
@@ -184,10 +248,17 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
     if (!out || !src || !spec || !src->data) return KVQ_ERR_NULL;
     if (!kvq_ggml_type_supported(src->type))
         return fail(err, cap, KVQ_ERR_UNSUPPORTED, "source weights of ggml type %d cannot be read", (int)src->type);
-    if (!block) block = kvq_wmat_default_block(src->cols);
-    calib_src cs = {src, block};
+    int needs = 0;
+    int rc = kvq_spec_needs_calibration(spec, &needs);
+    if (rc) return fail(err, cap, rc, "weight spec '%s': %s", spec, kvq_strerror(rc));
+    plan_src ps = {0};
+    float *sample = NULL;
+    if (needs && (rc = calib_sample(src, &sample, &ps.n_sample)))
+        return fail(err, cap, rc, "calibration rows: %s", kvq_strerror(rc));
+    ps.sample = sample;
     kvq_wmat *w = NULL;
-    int rc = wmat_init(&w, src->rows, src->cols, spec, block, seed, calib_rows, &cs, err, cap);
+    rc = wmat_init(&w, src->rows, src->cols, spec, block, seed, &ps, 1, pool, err, cap);
+    free(sample);
     if (rc) return rc;
     code_job j = {.src = src, .w = w};
     atomic_init(&j.rc, KVQ_OK);
@@ -205,19 +276,33 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
     return KVQ_OK;
 }
 
+int kvq_wmat_for_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
+                       const float *stats, size_t n_stats, char *err, size_t cap) {
+    if (!out || !spec || (!stats && n_stats)) return KVQ_ERR_NULL;
+    plan_src ps = {.stats = n_stats ? stats : NULL, .n_stats = n_stats};
+    return wmat_init(out, rows, cols, spec, block, seed, &ps, 0, NULL, err, cap);
+}
+
+int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err, size_t cap) {
+    if (!w || !codes) return KVQ_ERR_NULL;
+    if (w->owned) return fail(err, cap, KVQ_ERR_STATE, "the matrix owns its codes");
+    if (n_bytes != kvq_wmat_code_bytes(w))
+        return fail(err, cap, KVQ_ERR_FORMAT, "%zu bytes of codes, %lld x %lld in blocks of %d needs %zu", n_bytes,
+                    (long long)w->rows, (long long)w->cols, w->block, kvq_wmat_code_bytes(w));
+    w->codes = codes;
+    return KVQ_OK;
+}
+
 int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
                         const void *codes, size_t n_bytes, char *err, size_t cap) {
     if (!out || !spec || !codes) return KVQ_ERR_NULL;
     kvq_wmat *w = NULL;
-    int rc = wmat_init(&w, rows, cols, spec, block, seed, NULL, NULL, err, cap);
+    int rc = kvq_wmat_for_codes(&w, rows, cols, spec, block, seed, NULL, 0, err, cap);
     if (rc) return rc;
-    if (n_bytes != kvq_wmat_code_bytes(w)) {
-        size_t want = kvq_wmat_code_bytes(w);
+    if ((rc = kvq_wmat_set_codes(w, codes, n_bytes, err, cap))) {
         kvq_wmat_free(w);
-        return fail(err, cap, KVQ_ERR_FORMAT, "%zu bytes of codes, %s at %lld x %lld (block %d) needs %zu", n_bytes, spec,
-                    (long long)rows, (long long)cols, block, want);
+        return rc; /* *out untouched */
     }
-    w->codes = codes;
     *out = w;
     return KVQ_OK;
 }
@@ -283,7 +368,27 @@ static void score_task(void *arg, int task, int thread) {
     }
 }
 
-int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, const float *X, int64_t ntok, float *Y, int64_t ldy) {
+void kvq_wmat_ws_free(kvq_wmat_ws *ws) {
+    if (!ws) return;
+    free(ws->qp);
+    free(ws->tmp);
+    ws->qp = ws->tmp = NULL;
+    ws->qp_floats = ws->tmp_floats = 0;
+}
+
+/* *buf holds at least n floats (grown, never shrunk; contents not kept). */
+static int ws_reserve(float **buf, size_t *have, size_t n) {
+    if (*have >= n) return KVQ_OK;
+    float *p = malloc(sizeof(float) * n);
+    if (!p) return KVQ_ERR_NOMEM;
+    free(*buf);
+    *buf = p;
+    *have = n;
+    return KVQ_OK;
+}
+
+int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, kvq_wmat_ws *ws, const float *X, int64_t ntok, float *Y,
+                    int64_t ldy) {
     if (!w || !X || !Y) return KVQ_ERR_NULL;
     if (ntok < 1 || ldy < w->rows) return KVQ_ERR_INVALID_ARG;
     int nth = kvq_pool_size(pool);
@@ -292,16 +397,18 @@ int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, const float *X, int64_t n
     if (per < SCORE_ROWS_MIN) per = SCORE_ROWS_MIN;
     if (per > SCORE_ROWS_MAX) per = SCORE_ROWS_MAX;
     if ((uint64_t)ntok > SIZE_MAX / 4 / ((size_t)w->nb * w->qfloats * sizeof(float))) return KVQ_ERR_OVERFLOW;
+    kvq_wmat_ws local = {0};
+    if (!ws) ws = &local; /* no workspace given: one for this call */
     mm_job j = {.w = w, .X = X, .ntok = ntok, .Y = Y, .ldy = ldy, .rows_per_task = per};
     atomic_init(&j.rc, KVQ_OK);
-    j.qp = malloc(sizeof(float) * (size_t)w->nb * (size_t)ntok * w->qfloats);
-    j.tmp = malloc(sizeof(float) * (size_t)nth * (size_t)ntok * (size_t)per);
-    int rc = (!j.qp || !j.tmp) ? KVQ_ERR_NOMEM : KVQ_OK;
+    int rc = ws_reserve(&ws->qp, &ws->qp_floats, (size_t)w->nb * (size_t)ntok * w->qfloats);
+    if (!rc) rc = ws_reserve(&ws->tmp, &ws->tmp_floats, (size_t)nth * (size_t)ntok * (size_t)per);
+    j.qp = ws->qp;
+    j.tmp = ws->tmp;
     if (!rc) rc = kvq_pool_run(pool, prep_task, &j, (int)ntok);
     if (!rc) rc = atomic_load(&j.rc);
     if (!rc) rc = kvq_pool_run(pool, score_task, &j, (int)((w->rows + per - 1) / per));
-    free(j.qp);
-    free(j.tmp);
+    kvq_wmat_ws_free(&local);
     return rc;
 }
 

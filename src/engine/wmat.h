@@ -21,8 +21,11 @@
  * reported apart (kvq_wmat_plan_bytes).
  *
  * Calibrated specs (+center, +chscale, +outliers) fit one plan per block
- * position b on the matrix's own block-b vectors (the rows); other specs
- * use one plan for every block.
+ * position b on the matrix's own block-b vectors (a sample of the rows,
+ * dequantized once per matrix); other specs use one plan for every block.
+ * A calibrated matrix's plans are saved as their stats (kvq_plan_stats,
+ * nb x per-plan floats: kvq_wmat_stats) and rebuilt from them exactly
+ * (kvq_wmat_for_codes).
  */
 #ifndef KVQ_ENGINE_WMAT_H
 #define KVQ_ENGINE_WMAT_H
@@ -37,6 +40,7 @@ typedef struct kvq_wmat {
     int64_t rows, cols;
     int block;            /* values per record (B) */
     int nb;               /* cols / block */
+    int calibrated;       /* the spec fits its plans to the source rows (one per block position) */
     int nplans;           /* 1, or nb for calibrated specs */
     kvq_plan **plans;     /* (nplans) */
     size_t code_bytes;    /* per record */
@@ -67,15 +71,30 @@ int kvq_wmat_create(kvq_wmat **out, const kvq_ggml_matrix *src, const char *spec
                     kvq_pool *pool, char *err, size_t err_cap);
 
 /*
- * A coded matrix over codes the caller already has (nb * rows * code_bytes
- * bytes, block-major; e.g. a tensor of a GGUF file written by kvq quantize),
- * borrowed: they must outlive the matrix (no copy). Non-calibrated specs only
- * (the plans are rebuilt from spec, block and seed:
- * KVQ_ERR_NEEDS_CALIBRATION otherwise); a size that does not match the shape
- * gives KVQ_ERR_FORMAT.
+ * A coded matrix in two steps, for codes the caller already has (e.g. a
+ * tensor of a GGUF file written by kvq quantize). kvq_wmat_for_codes builds
+ * the plans from spec, block (0: default) and seed, for a calibrated spec
+ * from stats (n_stats = nb x kvq_spec_stats_floats(spec, block) floats, plan
+ * b's at b x that: kvq_wmat_stats of the coded matrix; KVQ_ERR_INVALID_ARG
+ * for another count or stats given to a plain spec, the codec's errors of
+ * kvq_plan_create_from_stats for values no calibration gives, the block
+ * position named in err; KVQ_ERR_NEEDS_CALIBRATION without them); the
+ * matrix has no codes yet, kvq_wmat_code_bytes says how many it needs.
+ * kvq_wmat_set_codes then borrows them (they must outlive the matrix; no
+ * copy): KVQ_ERR_FORMAT if n_bytes is not that size. *out is written on
+ * success only.
  */
+int kvq_wmat_for_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
+                       const float *stats, size_t n_stats, char *err, size_t err_cap);
+int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err, size_t err_cap);
+/* Both steps for a non-calibrated spec (*out untouched on failure). */
 int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
                         const void *codes, size_t n_bytes, char *err, size_t err_cap);
+
+/* Floats of the plans' stats: nb x kvq_plan_stats_floats, 0 when not calibrated. */
+size_t kvq_wmat_stats_floats(const kvq_wmat *w);
+/* The plans' stats, block position by block position (n = kvq_wmat_stats_floats). */
+int kvq_wmat_stats(const kvq_wmat *w, float *out, size_t n);
 void kvq_wmat_free(kvq_wmat *w);
 
 /* Bytes of the codes (what the weights cost). */
@@ -86,11 +105,24 @@ double kvq_wmat_bits(const kvq_wmat *w);
 /* Row r decoded to cols floats (the embedding lookup of a coded token_embd). */
 int kvq_wmat_row(const kvq_wmat *w, int64_t r, float *out);
 
+/* Scratch of kvq_wmat_matmul (prepared activations, score tiles), grown on
+ * demand and reused across calls: one per session (not shared between
+ * threads calling at once). Zero-initialise; kvq_wmat_ws_free releases. */
+typedef struct kvq_wmat_ws {
+    float *qp;
+    size_t qp_floats;
+    float *tmp;
+    size_t tmp_floats;
+} kvq_wmat_ws;
+void kvq_wmat_ws_free(kvq_wmat_ws *ws);
+
 /*
  * Y[t * ldy + r] = sum_c W[r, c] X[t * cols + c] for t < ntok, r < rows, from
- * the codes (see above). Activations with NaN/Inf give KVQ_ERR_NONFINITE.
+ * the codes (see above), with scratch in ws (NULL: allocated for this call).
+ * Activations with NaN/Inf give KVQ_ERR_NONFINITE.
  */
-int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, const float *X, int64_t ntok, float *Y, int64_t ldy);
+int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, kvq_wmat_ws *ws, const float *X, int64_t ntok, float *Y,
+                    int64_t ldy);
 
 /*
  * Float64 reference of the same product from the decoded weights (tests):
