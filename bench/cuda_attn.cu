@@ -359,7 +359,7 @@ int main(int argc, char **argv) {
                            {"rvq:2/2", "rvq:2", "rvq:2"},
                            {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"}};
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
-                             {64, 4096}, {64, 32768}, {8, 131072}};
+                             {64, 4096}, {64, 32768}, {8, 131072}, {1, 131072}, {4, 131072}};
     for (auto &sh : shapes) {
         if (quick && sh[0] * (size_t)sh[1] > 16 * 32768) continue;
         if (only_b && (sh[0] != only_b || sh[1] != only_ctx)) continue;

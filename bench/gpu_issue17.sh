@@ -12,11 +12,15 @@
 #        32/8 and 4/1 query/KV heads; f16, q8, tq-mse:4/4, 2/2, 4/2) on the tensor-core kernel and
 #        --generic, d = 64 / 128 tq-mse:4/4 beside them, and bench/torch_sdpa.py --dim 256.
 #        PRE=DIR: binaries and shared libraries built elsewhere for sm_90 (else built in /tmp/b).
+# w2:    the 2-bit byte table (tq-mse:2/2): base and new built in parallel, test_cuda (full), then base
+#        vs new interleaved for tq-mse:2/2 (every shape, REPS times), tq-mse:4/4 new, bench/torch_sdpa.py
+#        (all shapes incl. 1 x 128K, 4 x 128K), Nsight Compute of the tq-mse:2/2 kernel at 16 x 32K
+#        (base, new) and of tq-mse:4/4 (new); details in $OUT/extra.tgz.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
 mkdir -p "$OUT"
-NEW=$PWD BASE=$PWD/../base
+NEW=$PWD BASE=${BASE:-$PWD/../base}
 export PYTHONUNBUFFERED=1
 build() { # src dir, build dir, targets...
     local s=$1 b=$2; shift 2
@@ -103,4 +107,35 @@ if [ "$MODE" = d256 ]; then
     done
     timeout 100 python3 bench/torch_sdpa.py --quick --dim 256 --runs 30 2>&1 | tee "$OUT/torch_sdpa_d256.txt" | grep -E "torch d="
     echo "all: $(( $(date +%s) - t0 )) s"
+fi
+if [ "$MODE" = w2 ]; then
+    t0=$(date +%s)
+    ( J=8 build "$BASE" /tmp/bb cuda_attn ) & ( J=8 build "$NEW" /tmp/b test_cuda cuda_attn ) & wait
+    [ -x /tmp/b/test_cuda ] && [ -x /tmp/bb/cuda_attn ] || { echo "build failed"; exit 1; }
+    echo "build: $(( $(date +%s) - t0 )) s"
+    timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+    grep -E "FAIL|checks|rc |tq-mse:2 *\| *tq-mse:2|gauss" "$OUT/test_cuda.log" | head -30
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    mkdir -p /tmp/x
+    for r in $(seq "${REPS:-2}"); do
+        for v in base new; do
+            b=/tmp/b; [ $v = base ] && b=/tmp/bb
+            $b/cuda_attn --no-encode --policy tq-mse:2/2 --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
+        done
+    done
+    /tmp/b/cuda_attn --no-encode --policy tq-mse:4/4 --runs 50 2>&1 | grep -E "B=|copy" | sed "s/^/new /" >> "$OUT/ab.log"
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    timeout 150 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
+    echo "sdpa: $(( $(date +%s) - t0 )) s"
+    for v in new base; do
+        b=/tmp/b; [ $v = base ] && b=/tmp/bb
+        mkdir -p /tmp/x/$v-2 && timeout 90 bash bench/profile_cuda.sh $b /tmp/x/$v-2 tq-mse:2/2 > /tmp/x/$v-2/sum.txt 2>&1
+    done
+    mkdir -p /tmp/x/new-4 && timeout 90 bash bench/profile_cuda.sh /tmp/b /tmp/x/new-4 tq-mse:4/4 > /tmp/x/new-4/sum.txt 2>&1
+    for d in new-2 base-2 new-4; do echo "== $d"; grep -E "attn_kernel|Duration|DRAM Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occ|Eligible Warps|No Eligible|L1/TEX Hit|Memory Throughput" /tmp/x/$d/ncu.txt | head -16; done > "$OUT/ncu_summary.txt"
+    cp /tmp/x/new-2/ncu.txt /tmp/x/ncu_new2.txt; tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
+    echo "all: $(( $(date +%s) - t0 )) s"
+    grep -E "B=(1|16) .*ctx=(32768|131072)|B=4 .*ctx=131072" "$OUT/ab.log" | head -24
+    grep -E "torch" "$OUT/torch_sdpa.txt" | tail -12
+    cat "$OUT/ncu_summary.txt"
 fi

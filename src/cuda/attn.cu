@@ -51,6 +51,7 @@ struct kvq_cuda_layer {
     kvqa::LutDesc lut[4];
     int klut[2], vlut[2], lut_bytes;
     int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
+    int wide2; /* tq-mse:2 K and V with one table at d = 128: the 2-bit byte table (KTQ2X, VTQ2X) */
     int pdl;  /* programmatic dependent launches (compute capability >= 9) */
     int force_ct; /* tiles per chunk forced by the tests (kvq_cuda_layer_force_chunk); 0: the rule */
     int d;        /* head dim */
@@ -156,6 +157,21 @@ static int add_lut(kvq_cuda_layer *L, const float **host_c, int w, const float *
     return L->lut[i].off;
 }
 
+/* The generic kernel's set-up of a layer (creation and kvq_cuda_layer_force_generic): its K / V
+ * formats and shared memory, no lookup tables, its warps per block. */
+static void set_generic(kvq_cuda_layer *L, const kvqa::GenFmt *gk, const kvqa::GenFmt *gv) {
+    L->gen = 1;
+    L->gk = *gk;
+    L->gv = *gv;
+    L->nlut = 0;
+    L->lut_bytes = 0;
+    L->wide = 0;
+    L->wide2 = 0;
+    L->nw = kvqa::GNW;
+    L->gen_smem = kvqa::gen_smem_floats(L->d, gk->len) * (int)sizeof(float);
+    L->gen_wsmem = kvqa::gen_smem_floats(L->d, L->d) * (int)sizeof(float);
+}
+
 extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg) {
     if (!out || !cfg || !cfg->k || !cfg->v) return KVQ_ERR_NULL;
     if (cfg->n_kv_heads <= 0 || cfg->n_q_heads <= 0 || cfg->n_q_heads % cfg->n_kv_heads || cfg->page_tokens <= 0 ||
@@ -222,19 +238,18 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     L->pdl = major >= 9;
     kvqa::AttnParams q;
     memset(&q, 0, sizeof q);
-    q.lut_bytes = L->lut_bytes;
     L->wide = d == D && kf == KF_TQ4 && vf == VF_TQ4 && L->nlut == 1 && L->klut[0] == L->vlut[0];
+    L->wide2 = d == D && kf == KF_TQ2 && vf == VF_TQ2 && L->nlut == 1 && L->klut[0] == L->vlut[0];
+    if (L->wide2) { /* the one 2-bit table as the byte table (64 KiB, offset 0) */
+        L->lut[0].w = kvqa::LUT_W2X;
+        L->lut_bytes = kvqa::WLUT;
+    }
+    q.lut_bytes = L->lut_bytes;
     q.wide = L->wide;
+    q.wide2 = L->wide2;
     int rc;
     if (gen) {
-        L->gk = gk;
-        L->gv = gv;
-        L->nlut = 0;
-        L->lut_bytes = 0;
-        L->wide = 0;
-        L->nw = kvqa::GNW;
-        L->gen_smem = kvqa::gen_smem_floats(d, gk.len) * (int)sizeof(float);
-        L->gen_wsmem = kvqa::gen_smem_floats(d, d) * (int)sizeof(float);
+        set_generic(L, &gk, &gv);
         q.d = d;
         rc = kvq_attn_launch_gen(q, 0, 0, L->gen_smem, &L->occ);
     } else {
@@ -281,17 +296,9 @@ extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L) {
     rc = kvq_attn_launch_gen(q, 0, 0, smem, &occ);
     if (!rc && occ < 1) rc = KVQ_ERR_UNSUPPORTED;
     if (rc) return rc;
-    L->gen = 1;
+    set_generic(L, &gk, &gv);
     L->fn = NULL;
-    L->gk = gk;
-    L->gv = gv;
-    L->nlut = 0;
-    L->lut_bytes = 0;
-    L->wide = 0;
-    L->nw = kvqa::GNW;
     L->occ = occ;
-    L->gen_smem = smem;
-    L->gen_wsmem = kvqa::gen_smem_floats(L->d, L->d) * (int)sizeof(float);
     L->force_ct = 0;
     return KVQ_OK;
 }
@@ -724,6 +731,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.kconst = L->k->qjl_k;
     p.lut_bytes = L->lut_bytes;
     p.wide = L->wide;
+    p.wide2 = L->wide2;
     p.pdl = L->pdl;
     if (nchunk > 0) {
         int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);

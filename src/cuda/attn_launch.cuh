@@ -63,6 +63,10 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
     int nw = C::NW, smem = p.lut_bytes + C::SMEM;
     if constexpr (W4)
         if (wide) k = attn_kernel_w4<0>, nw = WTraits::NW, smem = WTraits::SMEM;
+    if constexpr (std::is_same<KF, KTQ<2>>::value && std::is_same<VF, VTQ<2>>::value) {
+        static_assert(Traits<KTQ2X, VTQ2X>::SMEM == C::SMEM && Traits<KTQ2X, VTQ2X>::NW == C::NW, "same tiles");
+        if (p.wide2) k = attn_kernel<KTQ2X, VTQ2X, C::NW, C::STAGES, false>;
+    }
     if (nw_out) *nw_out = nw;
     if (smem_out) *smem_out = smem;
     if (!do_launch) return configure(k, nw * 32, smem, occ_out);

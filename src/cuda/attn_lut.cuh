@@ -5,7 +5,9 @@
  *          reads column l: conflict-free); rows of 128 bytes (classic kernel:
  *          address = byte * 128 + 4l, PRMT + IMAD) or 256 bytes (the wide
  *          table of attn_kernel_w4: address = one PRMT, byte << 8 | 4l);
- *   2-bit: a nibble -> (c[n & 3], c[n >> 2]);
+ *   2-bit: a nibble -> (c[n & 3], c[n >> 2]); or, for tq-mse:2 K and V sharing one
+ *          table at d = 128 (LUT_W2X), a byte -> both nibbles' pairs (8 bytes) replicated
+ *          per lane in rows of 256 bytes (64 KiB): address = one PRMT, byte << 8 | 8l;
  *   1-bit and QJL signs: a nibble -> four values.
  */
 #ifndef KVQ_ATTN_LUT_CUH
@@ -19,6 +21,7 @@ namespace kvqa {
 constexpr int LUT4_BYTES = 256 * 32 * 4; /* 4-bit table, rows of 128 bytes */
 constexpr int WROW = 256;                /* bytes per row of the wide table */
 constexpr int WLUT = 256 * WROW;         /* 64 KiB */
+constexpr int LUT_W2X = 22;              /* LutDesc.w of the 2-bit byte table (WLUT bytes) */
 
 /* byte b of w looked up in a table of 128-byte rows */
 template <int B> KVQ_HD uint32_t lut4w(const uint8_t *L, uint32_t w, int lane4) {
@@ -45,6 +48,29 @@ template <int B> __device__ __forceinline__ uint32_t lut4x(const uint8_t *lut, u
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane4), "n"(0x5504 | (B << 4)));
     return *(const uint32_t *)(lut + a);
 }
+/* byte B of w looked up in the 2-bit byte table (LUT_W2X, at the start of shared memory): entry
+ * (lut2 of the low nibble, lut2 of the high nibble) of lane l at byte * 256 + 8l; lane8 = 8l.
+ * On the device the address is one PRMT (byte B of w to bits 8..15, lane8 to bits 0..7). */
+template <int B> KVQ_HD uint2 lut2x(const uint8_t *lut, uint32_t w, uint32_t lane8) {
+#ifdef __CUDA_ARCH__
+    uint32_t a;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane8), "n"(0x5504 | (B << 4)));
+    /* two 4-byte loads: each register goes where the MMA wants it (an 8-byte load needs an
+     * aligned register pair, which cost ptxas two moves per lookup on the K side) */
+    return make_uint2(*(const uint32_t *)(lut + a), *(const uint32_t *)(lut + a + 4));
+#else
+    return ld64(lut + ((((w >> (8 * B)) & 0xffu) << 8) | lane8));
+#endif
+}
+/* The 2-bit byte table of centroids c (4 entries): 4096 16-byte stores (two lanes' copies of an
+ * entry each), the block's nthreads threads striding over them. */
+__device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nthreads) {
+    for (int e = threadIdx.x; e < 256 * 16; e += nthreads) {
+        const int byte = e >> 4;
+        const uint32_t lo = pack2(c[byte & 3], c[(byte >> 2) & 3]), hi = pack2(c[(byte >> 4) & 3], c[byte >> 6]);
+        *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(lo, hi, lo, hi);
+    }
+}
 /* nibble -> (c[n & 3], c[n >> 2]) */
 KVQ_HD uint32_t lut2(const uint8_t *L, uint32_t nib) { return ld32(L + (nib << 2)); }
 /* nibble -> (c[b0], c[b1]), (c[b2], c[b3]) */
@@ -68,6 +94,8 @@ __device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
         uint32_t *dst = (uint32_t *)(lut + L.off);
         if (L.w == 4) {
             build_lut4<128>(lut + L.off, L.c, blockDim.x);
+        } else if (L.w == LUT_W2X) {
+            build_lut2x(lut + L.off, L.c, blockDim.x);
         } else if (L.w == 2) {
             for (int n = threadIdx.x; n < 16; n += blockDim.x) dst[n] = pack2(L.c[n & 3], L.c[n >> 2]);
         } else {

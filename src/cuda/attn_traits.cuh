@@ -58,6 +58,14 @@ template <int W, int DD = 128> struct KTQ {
     KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &) { return scale_pair(t, t0); }
     KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &) { return scale_one(t, tok); }
 };
+/* tq-mse:2 at d = 128 read through the 2-bit byte table (LUT_W2X at offset 0 of the LUT region,
+ * K and V sharing it): the fields, maps and scales of KTQ<2>, 8-byte lookups of whole bytes */
+struct KTQ2X : KTQ<2> {
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &, int r, int qq, int lane4,
+                              uint32_t kb[D / 8]) {
+        kdec2x(t + 16 * 2, lut, r, qq, 2u * (uint32_t)lane4, kb);
+    }
+};
 /* rvq:W: two tq stages on the same rotated query */
 template <int W> struct KRVQ {
     static constexpr int HD = D, NF = 4, BYTES = 4 + 2 * (D * W / 8), NQS = 1, NSTAGE = 2;
@@ -194,6 +202,13 @@ template <int W, int DD = 128> struct VTQ {
     }
     KVQ_HD static float2 vscale(const uint8_t *t, int, int t0) { return scale_pair(t, t0); }
     KVQ_HD static float vscale1(const uint8_t *t, int, int tok) { return scale_one(t, tok); }
+};
+/* tq-mse:2 V at d = 128 through the byte table (KTQ2X) */
+struct VTQ2X : VTQ<2> {
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &, int lane4, int mt,
+                              uint32_t a[4]) {
+        r.st.decode2x(lut, 2u * (uint32_t)lane4, mt, a);
+    }
 };
 template <int W> struct VRVQ {
     static constexpr int HD = D, NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;

@@ -153,6 +153,12 @@ static void host_lut(uint8_t *lut, int off, int w, const float *c) {
         for (int e = 0; e < 256 * 32; e++) dst[e] = pack2(c[(e >> 5) & 15], c[(e >> 5) >> 4]);
     } else if (w == 2) {
         for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
+    } else if (w == LUT_W2X) { /* byte b, lane l at b * 256 + 8l: the pairs of its low and high nibble */
+        for (int e = 0; e < 256 * 32; e++) {
+            const int b = e >> 5;
+            dst[2 * e] = pack2(c[b & 3], c[(b >> 2) & 3]);
+            dst[2 * e + 1] = pack2(c[(b >> 4) & 3], c[b >> 6]);
+        }
     } else {
         for (int n = 0; n < 16; n++) {
             float v[4];
@@ -187,7 +193,7 @@ static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, b
 
 /* The K format KF (at its head dim KF::HD) against the codec's layout and records: fields, the
  * coordinate map, every lane's decoded registers and the per-token scales. */
-template <class KF> static void host_check_k(const char *spec) {
+template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
     constexpr int D = KF::HD;
     HostPlan h = host_plan(spec, 11, D);
     EXPECT(KF::BYTES == h.L.bytes, "%s d=%d: K format bytes %d vs layout %d", spec, D, KF::BYTES, h.L.bytes);
@@ -205,7 +211,7 @@ template <class KF> static void host_check_k(const char *spec) {
     p.klut[0] = 0;
     p.klut[1] = LUT4_BYTES;
     p.kconst = sqrtf(3.14159265358979323846f / 2) / (float)D;
-    if (h.t.n1) host_lut(lut.data(), 0, h.t.bits, h.t.c1);
+    if (h.t.n1) host_lut(lut.data(), 0, lutw ? lutw : h.t.bits, h.t.c1); /* lutw: LUT_W2X */
     if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
     if (h.t.kind == KVQ_LAY_TQPROD) host_lut(lut.data(), LUT4_BYTES, 0, NULL);
     if (h.t.kind == KVQ_LAY_QJL) host_lut(lut.data(), 0, 0, NULL);
@@ -258,7 +264,7 @@ template <class KF> static void host_check_k(const char *spec) {
 }
 
 /* The V format VF (at its head dim VF::HD): fields, the coordinate map, every lane's A fragments. */
-template <class VF> static void host_check_v(const char *spec) {
+template <class VF> static void host_check_v(const char *spec, int lutw = 0) {
     constexpr int D = VF::HD;
     HostPlan h = host_plan(spec, 12, D);
     EXPECT(VF::BYTES == h.L.bytes, "%s d=%d: V format bytes %d vs layout %d", spec, D, VF::BYTES, h.L.bytes);
@@ -273,7 +279,7 @@ template <class VF> static void host_check_v(const char *spec) {
     memset(&p, 0, sizeof p);
     p.vlut[0] = 0;
     p.vlut[1] = LUT4_BYTES;
-    if (h.t.n1) host_lut(lut.data(), 0, h.t.bits, h.t.c1);
+    if (h.t.n1) host_lut(lut.data(), 0, lutw ? lutw : h.t.bits, h.t.c1); /* lutw: LUT_W2X */
     if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
     std::vector<int> seen(D, 0);
     for (int g = 0; g < 8; g++)
@@ -434,6 +440,7 @@ static void host_checks(void) {
     host_check_k<KTQ<1>>("tq-mse:1");
     host_check_k<KTQ<2>>("tq-mse:2");
     host_check_k<KTQ<4>>("tq-mse:4");
+    host_check_k<KTQ2X>("tq-mse:2", LUT_W2X); /* the 2-bit byte table (issue 17) */
     host_check_k<KRVQ<1>>("rvq:1");
     host_check_k<KRVQ<2>>("rvq:2");
     host_check_k<KRVQ<4>>("rvq:4");
@@ -446,6 +453,7 @@ static void host_checks(void) {
     host_check_v<VTQ<1>>("tq-mse:1");
     host_check_v<VTQ<2>>("tq-mse:2");
     host_check_v<VTQ<4>>("tq-mse:4");
+    host_check_v<VTQ2X>("tq-mse:2", LUT_W2X);
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
@@ -1143,6 +1151,10 @@ static void test_attention(bool quick) {
     run_attn_case(c64, 9001, true);
     AttnCase c32 = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 4100}, {}, 256};
     run_attn_case(c32, 9002, true);
+    /* two 2-bit tables: the classic kernel's nibble tables (one table, as in the cases above: the
+     * 2-bit byte table, KTQ2X / VTQ2X) */
+    AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
+    run_attn_case(gauss2, 9003, true);
 }
 
 /* Calibrated plans (+center, +chscale; docs/CUDA.md "Calibrated plans"): K and V rows with a mean and
