@@ -460,13 +460,13 @@ static void test_dotf(tu_rng *r) {
 
 /* ---- row-block kernels (8 weight rows at once) vs the scalar reference ------------- */
 static void test_dotr(tu_rng *r) {
-    /* odd block counts, one block, the models' widths (576, 640, 1536, 2048), two min chunks */
+    /* nx 1..16; odd block counts, one block, the models' widths (576, 640, 1536, 2048), two min chunks */
     const int64_t lens[] = {32, 64, 96, 256, 544, 576, 640, 1024, 1536, 2048, 2304, 8448};
     const int nl = (int)(sizeof lens / sizeof lens[0]);
     size_t rbw = kvq_ggml_row_bytes(GGML_TYPE_Q8_0, 8448) + 8;
     uint8_t *w = malloc(rbw * GGML_ROWS);
     float *x = malloc(sizeof(float) * 8448);
-    uint8_t *act = malloc(kvq_ggml_q8a_row_bytes(8448) * GGML_MAX_NX);
+    uint8_t *act = malloc(kvq_ggml_q8a_row_bytes(8448) * GGML_MAX_NXR);
     const kvq_ggml_kernels *tabs[8];
     int ntab = kvq_ggml_kernels_all(tabs, 8), tested = 0;
     for (int li = 0; li < nl; li++) {
@@ -480,14 +480,14 @@ static void test_dotr(tu_rng *r) {
                 double worst[8] = {0};
                 for (int it = 0; it < (n > 4096 ? 2 : 4); it++) {
                     for (int k = 0; k < GGML_ROWS; k++) random_row(r, t, n, w + (size_t)k * ws);
-                    for (int k = 0; k < GGML_MAX_NX; k++) {
+                    for (int k = 0; k < GGML_MAX_NXR; k++) {
                         for (int64_t i = 0; i < n; i++) x[i] = (float)(tu_gauss(r) * (i % 37 == 0 ? 8 : 1));
                         kvq_ggml_quantize_q8a_row(x, n, act + (size_t)k * rb);
                     }
-                    float ref[GGML_ROWS][GGML_MAX_NX], absum[GGML_ROWS][GGML_MAX_NX];
+                    float ref[GGML_ROWS][GGML_MAX_NXR], absum[GGML_ROWS][GGML_MAX_NXR];
                     for (int k = 0; k < GGML_ROWS; k++) {
-                        kvq_ggml_kernels_scalar()->dot[t](n, w + (size_t)k * ws, act, rb, GGML_MAX_NX, ref[k]);
-                        for (int a = 0; a < GGML_MAX_NX; a++) { /* |w| . |x| of the dequantized operands */
+                        kvq_ggml_kernels_scalar()->dot[t](n, w + (size_t)k * ws, act, rb, GGML_MAX_NXR, ref[k]);
+                        for (int a = 0; a < GGML_MAX_NXR; a++) { /* |w| . |x| of the dequantized operands */
                             float *wd = malloc(sizeof(float) * (size_t)n);
                             kvq_ggml_dequant_row(t, w + (size_t)k * ws, wd, n);
                             const int8_t *q = (const int8_t *)(act + (size_t)a * rb);
@@ -500,8 +500,8 @@ static void test_dotr(tu_rng *r) {
                     }
                     for (int tb = 0; tb < ntab; tb++) {
                         if (!tabs[tb]->dotr[t]) continue;
-                        for (int nx = 1; nx <= GGML_MAX_NX; nx++) {
-                            float got[GGML_ROWS * GGML_MAX_NX];
+                        for (int nx = 1; nx <= GGML_MAX_NXR; nx++) {
+                            float got[GGML_ROWS * GGML_MAX_NXR];
                             tabs[tb]->dotr[t](n, w, ws, act, rb, nx, got);
                             for (int k = 0; k < GGML_ROWS; k++)
                                 for (int a = 0; a < nx; a++) {
@@ -538,10 +538,10 @@ static void test_matmul(tu_rng *r) {
         for (int64_t i = 0; i < rows[m]; i++) random_row(r, types[m], cols, wdata[m] + rb * (size_t)i);
         W[m] = (kvq_ggml_matrix){wdata[m], types[m], rows[m], cols, rb, NULL};
     }
-    const int64_t ntoks[] = {1, 3, 9};
+    const int64_t ntoks[] = {1, 3, 9, 21}; /* 21: a 16-row tile of the row-block kernels and a 5-row one */
     kvq_pool *pool = NULL;
     CHECK_OK(kvq_pool_create(&pool, 2));
-    for (int ni = 0; ni < 3; ni++) {
+    for (int ni = 0; ni < 4; ni++) {
         int64_t ntok = ntoks[ni];
         float *X = malloc(sizeof(float) * (size_t)(ntok * cols));
         for (int64_t i = 0; i < ntok * cols; i++) X[i] = (float)tu_gauss(r);

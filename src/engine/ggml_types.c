@@ -590,18 +590,26 @@ static void mm_task(void *arg, int task, int thread) {
         }
         /* activation tiles outer, weight rows inner: the task's weight rows
          * are reused from cache for every tile */
-        kvq_ggml_dotr_fn dotr = act == A->q8 ? j->k->dotr[W->type] : NULL;
-        for (int64_t t = 0; t < A->ntok; t += GGML_MAX_NX) {
-            int nx = (int)(A->ntok - t < GGML_MAX_NX ? A->ntok - t : GGML_MAX_NX);
-            const uint8_t *at = (const uint8_t *)act + (size_t)t * stride;
-            int64_t r = r0;
-            if (dotr && nx >= DOTR_MIN_NX)
-                for (; r + GGML_ROWS <= r1; r += GGML_ROWS) {
-                    float o[GGML_ROWS * GGML_MAX_NX];
+        kvq_ggml_dotr_fn dotr = act == A->q8 && A->ntok >= DOTR_MIN_NX ? j->k->dotr[W->type] : NULL;
+        int64_t rb_end = r0;
+        if (dotr) { /* whole 8-row blocks, activation tiles of up to GGML_MAX_NXR rows */
+            rb_end = r0 + (r1 - r0) / GGML_ROWS * GGML_ROWS;
+            for (int64_t t = 0; t < A->ntok && rb_end > r0; t += GGML_MAX_NXR) {
+                int nx = (int)(A->ntok - t < GGML_MAX_NXR ? A->ntok - t : GGML_MAX_NXR);
+                const uint8_t *at = (const uint8_t *)act + (size_t)t * stride;
+                for (int64_t r = r0; r < rb_end; r += GGML_ROWS) {
+                    float o[GGML_ROWS * GGML_MAX_NXR];
                     dotr(W->cols, (const uint8_t *)W->data + (size_t)r * W->row_bytes, W->row_bytes, at, stride, nx, o);
                     for (int k = 0; k < GGML_ROWS; k++)
                         for (int x = 0; x < nx; x++) Y[(t + x) * ldy + r + k] = o[k * nx + x];
                 }
+            }
+        }
+        /* the other rows one by one, activation tiles of up to GGML_MAX_NX rows */
+        for (int64_t t = 0; t < A->ntok && rb_end < r1; t += GGML_MAX_NX) {
+            int nx = (int)(A->ntok - t < GGML_MAX_NX ? A->ntok - t : GGML_MAX_NX);
+            const uint8_t *at = (const uint8_t *)act + (size_t)t * stride;
+            int64_t r = rb_end;
             for (; r < r1; r++) {
                 float o[GGML_MAX_NX];
                 dot(W->cols, (const uint8_t *)W->data + (size_t)r * W->row_bytes, at, stride, nx, o);

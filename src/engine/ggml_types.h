@@ -192,11 +192,12 @@ int kvq_ggml_type_uses_q8a(kvq_ggml_type t);
  */
 typedef void (*kvq_ggml_dot_fn)(int64_t n, const void *w, const void *act, size_t act_stride, int nx, float *out);
 
-/* Weight rows one row-block kernel handles. */
+/* Weight rows one row-block kernel handles, and most activation rows per call. */
 #define GGML_ROWS 8
+#define GGML_MAX_NXR 16
 /*
  * Row-block form (prefill): out[k * nx + r] = dot(weight row k, activation
- * row r) for k < GGML_ROWS, r < nx <= GGML_MAX_NX; weight row k starts at
+ * row r) for k < GGML_ROWS, r < nx <= GGML_MAX_NXR; weight row k starts at
  * w + k * w_stride. q8a activations only. The 8 rows' codes of a block are
  * interleaved in registers so that one activation load and one integer dot
  * serve 8 weight rows, and the per-block scaling (convert, scale, fma) is

@@ -352,7 +352,7 @@ TGT AI void row_out(const __m512 *acc, const int nx, float *out) {
 TGT AI void r8_legacy(const int T, int64_t n, const void *w, size_t ws, const void *act, size_t stride, const int nx,
                       float *out) {
     acts8 a = ACTS8(act, stride, n);
-    __m512 acc[GGML_MAX_NX];
+    __m512 acc[GGML_MAX_NXR];
     for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     const int bs = T == GGML_TYPE_Q4_0 || T == GGML_TYPE_IQ4_NL ? 18 : T == GGML_TYPE_Q4_1 ? 20 : T == GGML_TYPE_Q5_0 ? 22
                    : T == GGML_TYPE_Q5_1 ? 24 : 34;
@@ -403,7 +403,7 @@ TGT AI void r8_legacy(const int T, int64_t n, const void *w, size_t ws, const vo
  * nibbles are sub-block 2c and high nibbles sub-block 2c + 1. */
 TGT AI void r8_q4_K(int64_t n, const void *w, size_t ws, const void *act, size_t stride, const int nx, float *out) {
     acts8 a = ACTS8(act, stride, n);
-    __m512 acc[GGML_MAX_NX];
+    __m512 acc[GGML_MAX_NXR];
     for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < n / QK_K; b++) {
@@ -441,7 +441,15 @@ TGT AI void r8_q4_K(int64_t n, const void *w, size_t ws, const void *act, size_t
         case 5: call(n, w, ws, act, stride, 5, out); break;                                                          \
         case 6: call(n, w, ws, act, stride, 6, out); break;                                                          \
         case 7: call(n, w, ws, act, stride, 7, out); break;                                                          \
-        default: call(n, w, ws, act, stride, 8, out); break;                                                         \
+        case 8: call(n, w, ws, act, stride, 8, out); break;                                                          \
+        case 9: call(n, w, ws, act, stride, 9, out); break;                                                          \
+        case 10: call(n, w, ws, act, stride, 10, out); break;                                                        \
+        case 11: call(n, w, ws, act, stride, 11, out); break;                                                        \
+        case 12: call(n, w, ws, act, stride, 12, out); break;                                                        \
+        case 13: call(n, w, ws, act, stride, 13, out); break;                                                        \
+        case 14: call(n, w, ws, act, stride, 14, out); break;                                                        \
+        case 15: call(n, w, ws, act, stride, 15, out); break;                                                        \
+        default: call(n, w, ws, act, stride, 16, out); break;                                                        \
         }                                                                                                            \
     }
 #define R8_Q4_0(n, w, ws, a, s, nx, o) r8_legacy(GGML_TYPE_Q4_0, n, w, ws, a, s, nx, o)
