@@ -431,6 +431,73 @@ TGT AI void r8_q4_K(int64_t n, const void *w, size_t ws, const void *act, size_t
     row_out(acc, nx, out);
 }
 
+/* Q6_K: a scale per 16 values, so a sub-block's two halves (codes c[0..1]:
+ * values 0..15, c[2..3]: 16..31) get an int32 sum each; min_h = -32 scale_h
+ * through the activation's block sums (s, s0). */
+TGT AI void row_block2(const __m512i *c, __m512 dva, __m512 dvb, __m512 mvb, __m512 mvab, const acts8 *a, int64_t j,
+                       const int nx, __m512 *acc) {
+    const uint8_t *p = a->base + 32 * j;
+    const size_t od = (size_t)a->n + 4 * (size_t)j - 32 * (size_t)j, os = od + 4 * (size_t)a->nb, os0 = os + 4 * (size_t)a->nb;
+    for (int r = 0; r < nx; r++, p += a->stride) {
+        const int8_t *q = (const int8_t *)(const void *)p;
+        float dj, sj, s0j;
+        memcpy(&dj, p + od, 4);
+        memcpy(&sj, p + os, 4);
+        memcpy(&s0j, p + os0, 4);
+        __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], _mm512_set1_epi64(ld_q64(q)));
+        sa = _mm512_dpbusd_epi32(sa, c[1], _mm512_set1_epi64(ld_q64(q + 8)));
+        __m512i sb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[2], _mm512_set1_epi64(ld_q64(q + 16)));
+        sb = _mm512_dpbusd_epi32(sb, c[3], _mm512_set1_epi64(ld_q64(q + 24)));
+        __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), dva, _mm512_mul_ps(_mm512_cvtepi32_ps(sb), dvb));
+        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(dj), acc[r]);
+        acc[r] = _mm512_fmadd_ps(mvb, _mm512_set1_ps(sj), acc[r]);
+        acc[r] = _mm512_fmadd_ps(mvab, _mm512_set1_ps(s0j), acc[r]);
+    }
+}
+
+TGT AI void r8_q6_K(int64_t n, const void *w, size_t ws, const void *act, size_t stride, const int nx, float *out) {
+    acts8 a = ACTS8(act, stride, n);
+    __m512 acc[GGML_MAX_NXR];
+    for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const uint8_t *p = (const uint8_t *)w + (size_t)b * sizeof(block_q6_K);
+        float sc[16][8]; /* [scale index][row]: d * scales[i] */
+        __m256 d8 = ld_h8(p + offsetof(block_q6_K, d), ws);
+        float dk[8];
+        _mm256_storeu_ps(dk, d8);
+        for (int k = 0; k < 8; k++) {
+            const int8_t *s8 = (const int8_t *)(const void *)(p + (size_t)k * ws + offsetof(block_q6_K, scales));
+            for (int i = 0; i < 16; i++) sc[i][k] = dk[k] * (float)s8[i];
+        }
+        for (int h = 0; h < 2; h++) {
+            __m512i l0[4], l1[4], hb[4];
+            const uint8_t *ql = p + offsetof(block_q6_K, ql) + 64 * h, *qh = p + offsetof(block_q6_K, qh) + 32 * h;
+            load8x16(ql, ws, &l0[0], &l0[1]);
+            load8x16(ql + 16, ws, &l0[2], &l0[3]);
+            load8x16(ql + 32, ws, &l1[0], &l1[1]);
+            load8x16(ql + 48, ws, &l1[2], &l1[3]);
+            load8x16(qh, ws, &hb[0], &hb[1]);
+            load8x16(qh + 16, ws, &hb[2], &hb[3]);
+            for (int k = 0; k < 4; k++) {
+                __m512i c[4];
+                for (int i = 0; i < 4; i++) {
+                    __m512i lo = (k & 1) ? l1[i] : l0[i];
+                    if (k >> 1) lo = _mm512_srli_epi16(lo, 4);
+                    __m512i hi = _mm512_and_si512(hb[i], m2);
+                    c[i] = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi16(hi, 4));
+                    hb[i] = _mm512_srli_epi16(hb[i], 2);
+                }
+                __m256 va = _mm256_loadu_ps(sc[8 * h + 2 * k]), vb = _mm256_loadu_ps(sc[8 * h + 2 * k + 1]);
+                __m256 mb = _mm256_mul_ps(vb, _mm256_set1_ps(-32.0f)), mab = _mm256_mul_ps(_mm256_sub_ps(va, vb), _mm256_set1_ps(-32.0f));
+                row_block2(c, spread_rows(va), spread_rows(vb), spread_rows_once(mb), spread_rows_once(mab), &a,
+                           8 * b + 4 * h + k, nx, acc);
+            }
+        }
+    }
+    row_out(acc, nx, out);
+}
+
 #define INSTANTIATE_R(name, call)                                                                                    \
     TGT static void name(int64_t n, const void *w, size_t ws, const void *act, size_t stride, int nx, float *out) { \
         switch (nx) {                                                                                                \
@@ -465,6 +532,7 @@ INSTANTIATE_R(dotr_q5_1, R8_Q5_1)
 INSTANTIATE_R(dotr_q8_0, R8_Q8_0)
 INSTANTIATE_R(dotr_iq4_nl, R8_IQ4_NL)
 INSTANTIATE_R(dotr_q4_K, r8_q4_K)
+INSTANTIATE_R(dotr_q6_K, r8_q6_K)
 
 #define Q4_0_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q4_0, n, w, a, s, nx, o)
 #define Q4_1_512(n, w, a, s, nx, o) k512_legacy(GGML_TYPE_Q4_1, n, w, a, s, nx, o)
@@ -514,7 +582,7 @@ static const kvq_ggml_kernels KERNELS = {
     .dotr = {
         [GGML_TYPE_Q4_0] = dotr_q4_0, [GGML_TYPE_Q4_1] = dotr_q4_1, [GGML_TYPE_Q5_0] = dotr_q5_0,
         [GGML_TYPE_Q5_1] = dotr_q5_1, [GGML_TYPE_Q8_0] = dotr_q8_0, [GGML_TYPE_IQ4_NL] = dotr_iq4_nl,
-        [GGML_TYPE_Q4_K] = dotr_q4_K,
+        [GGML_TYPE_Q4_K] = dotr_q4_K, [GGML_TYPE_Q6_K] = dotr_q6_K,
     },
     .quantize_q8a = quantize_q8a,
 };
