@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/ggml_types.h"
 #include "engine/model.h"
 #include "engine/tok_gguf.h"
 #include "kvq.h"
@@ -100,7 +101,11 @@ static void test_consistency(const kvq_model *m, kvq_pool *pool) {
  * token by token give the same logits bit for bit. Both are quantizers (q8
  * activations, f16 or 4-bit codes): a difference of one float rounding
  * anywhere flips codes and moves the logits by 1e-1 (ppl by 1e-2), so the
- * check is exact. */
+ * check is exact. Exception: where the weight kernels have row-block
+ * kernels (dotr, AVX-512 VNNI), batches of >= 2 tokens use them and single
+ * tokens the single-row kernels, which sum in another float order; token by
+ * token is then checked for the same argmax everywhere and logits within
+ * that rounding-flip scale (0.25 of the largest logit). */
 static void test_batch_isas(const kvq_model *m, kvq_pool *pool) {
     static const int32_t toks[] = {504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314};
     const int n = 12;
@@ -127,6 +132,15 @@ static void test_batch_isas(const kvq_model *m, kvq_pool *pool) {
                 int first = n;
                 for (int t = 0; t < n && first == n; t++)
                     if (memcmp(a + (size_t)t * V, b + (size_t)t * V, V * sizeof *a)) first = t;
+                const kvq_ggml_kernels *kk = kvq_ggml_kernels_for(p.isa);
+                if (chunks[ci] == 1 && kk && kk->dotr[GGML_TYPE_Q4_1] /* SmolLM2: Q4_1 */) {
+                    double e = max_rel(b, a, V * n);
+                    int same = 1;
+                    for (int t = 0; t < n; t++) same &= argmax(a + (size_t)t * V, (int)V) == argmax(b + (size_t)t * V, (int)V);
+                    CHECK(e < 0.25 && same, "isa %d %s cache: token by token vs one batch (row-block kernels): %g, argmax %s", isa,
+                          specs[si], e, same ? "same" : "differs");
+                    continue;
+                }
                 CHECK(first == n, "isa %d %s cache, q8 activations: chunks of %d differ from one batch from position %d (%g)",
                       isa, specs[si], chunks[ci], first, max_rel(b, a, V * n));
             }

@@ -458,6 +458,74 @@ static void test_dotf(tu_rng *r) {
     free(x);
 }
 
+/* ---- row-block kernels (8 weight rows at once) vs the scalar reference ------------- */
+static void test_dotr(tu_rng *r) {
+    /* nx 1..16; odd block counts, one block, the models' widths (576, 640, 1536, 2048), two min chunks */
+    const int64_t lens[] = {32, 64, 96, 256, 544, 576, 640, 1024, 1536, 2048, 2304, 8448};
+    const int nl = (int)(sizeof lens / sizeof lens[0]);
+    size_t rbw = kvq_ggml_row_bytes(GGML_TYPE_Q8_0, 8448) + 8;
+    uint8_t *w = malloc(rbw * GGML_ROWS);
+    float *x = malloc(sizeof(float) * 8448);
+    uint8_t *act = malloc(kvq_ggml_q8a_row_bytes(8448) * GGML_MAX_NXR);
+    const kvq_ggml_kernels *tabs[8];
+    int ntab = kvq_ggml_kernels_all(tabs, 8), tested = 0;
+    for (int li = 0; li < nl; li++) {
+        int64_t n = lens[li];
+        size_t rb = kvq_ggml_q8a_row_bytes(n);
+        for (int ti = 0; ti < NQ; ti++) {
+            kvq_ggml_type t = QTYPES[ti];
+            if (n % kvq_ggml_type_block(t)) continue;
+            for (int pad = 0; pad <= 6; pad += 6) { /* row stride = row bytes (a matrix), or 6 more (unaligned) */
+                size_t ws = kvq_ggml_row_bytes(t, n) + (size_t)pad;
+                double worst[8] = {0};
+                for (int it = 0; it < (n > 4096 ? 2 : 4); it++) {
+                    for (int k = 0; k < GGML_ROWS; k++) random_row(r, t, n, w + (size_t)k * ws);
+                    for (int k = 0; k < GGML_MAX_NXR; k++) {
+                        for (int64_t i = 0; i < n; i++) x[i] = (float)(tu_gauss(r) * (i % 37 == 0 ? 8 : 1));
+                        kvq_ggml_quantize_q8a_row(x, n, act + (size_t)k * rb);
+                    }
+                    float ref[GGML_ROWS][GGML_MAX_NXR], absum[GGML_ROWS][GGML_MAX_NXR];
+                    for (int k = 0; k < GGML_ROWS; k++) {
+                        kvq_ggml_kernels_scalar()->dot[t](n, w + (size_t)k * ws, act, rb, GGML_MAX_NXR, ref[k]);
+                        for (int a = 0; a < GGML_MAX_NXR; a++) { /* |w| . |x| of the dequantized operands */
+                            float *wd = malloc(sizeof(float) * (size_t)n);
+                            kvq_ggml_dequant_row(t, w + (size_t)k * ws, wd, n);
+                            const int8_t *q = (const int8_t *)(act + (size_t)a * rb);
+                            const float *d = (const float *)(act + (size_t)a * rb + n);
+                            double s = 0;
+                            for (int64_t i = 0; i < n; i++) s += fabs((double)wd[i] * d[i / 32] * q[i]);
+                            absum[k][a] = (float)s;
+                            free(wd);
+                        }
+                    }
+                    for (int tb = 0; tb < ntab; tb++) {
+                        if (!tabs[tb]->dotr[t]) continue;
+                        for (int nx = 1; nx <= GGML_MAX_NXR; nx++) {
+                            float got[GGML_ROWS * GGML_MAX_NXR];
+                            tabs[tb]->dotr[t](n, w, ws, act, rb, nx, got);
+                            for (int k = 0; k < GGML_ROWS; k++)
+                                for (int a = 0; a < nx; a++) {
+                                    double e = fabs((double)got[k * nx + a] - ref[k][a]) / (absum[k][a] + 1e-30);
+                                    if (e > worst[tb]) worst[tb] = e;
+                                }
+                        }
+                    }
+                }
+                for (int tb = 0; tb < ntab; tb++) {
+                    if (!tabs[tb]->dotr[t]) continue;
+                    tested++;
+                    CHECK(worst[tb] < 2e-6, "%s dotr %s n=%lld stride+%d: rel err %g vs scalar", tabs[tb]->name,
+                          kvq_ggml_type_name((uint32_t)t), (long long)n, pad, worst[tb]);
+                }
+            }
+        }
+    }
+    const kvq_ggml_kernels *best = kvq_ggml_kernels_for(KVQ_ISA_BEST);
+    if (best->dotr[GGML_TYPE_Q4_1]) CHECK(tested > 0, "dotr kernels tested");
+    printf("dotr: %d (table, type, size, stride) cases\n", tested);
+    free(w); free(x); free(act);
+}
+
 /* ---- matrix products ------------------------------------------------------------------ */
 static void test_matmul(tu_rng *r) {
     const int64_t cols = 512, rows[3] = {37, 16, 5};
@@ -470,10 +538,10 @@ static void test_matmul(tu_rng *r) {
         for (int64_t i = 0; i < rows[m]; i++) random_row(r, types[m], cols, wdata[m] + rb * (size_t)i);
         W[m] = (kvq_ggml_matrix){wdata[m], types[m], rows[m], cols, rb, NULL};
     }
-    const int64_t ntoks[] = {1, 3, 9};
+    const int64_t ntoks[] = {1, 3, 9, 21}; /* 21: a 16-row tile of the row-block kernels and a 5-row one */
     kvq_pool *pool = NULL;
     CHECK_OK(kvq_pool_create(&pool, 2));
-    for (int ni = 0; ni < 3; ni++) {
+    for (int ni = 0; ni < 4; ni++) {
         int64_t ntok = ntoks[ni];
         float *X = malloc(sizeof(float) * (size_t)(ntok * cols));
         for (int64_t i = 0; i < ntok * cols; i++) X[i] = (float)tu_gauss(r);
@@ -562,6 +630,7 @@ int main(void) {
     test_quantize(&r);
     test_dots(&r);
     test_dotf(&r);
+    test_dotr(&r);
     test_matmul(&r);
     return tu_finish("test_ggml_types");
 }

@@ -537,6 +537,9 @@ void kvq_ggml_acts_init(kvq_ggml_acts *a, const float *x, int64_t ntok, int64_t 
 #define ROWS_PER_TASK_MIN 8
 /* Weight bytes of one task when several activation tiles reuse them. */
 #define TASK_WEIGHT_BYTES (96 * 1024)
+/* Fewest activation rows for which the row-block kernels (dotr) beat the
+ * single-row ones: decode (1 row) keeps the single-row kernels. */
+#define DOTR_MIN_NX 2
 
 typedef struct {
     const kvq_ggml_kernels *k;
@@ -587,10 +590,27 @@ static void mm_task(void *arg, int task, int thread) {
         }
         /* activation tiles outer, weight rows inner: the task's weight rows
          * are reused from cache for every tile */
-        for (int64_t t = 0; t < A->ntok; t += GGML_MAX_NX) {
+        kvq_ggml_dotr_fn dotr = act == A->q8 && A->ntok >= DOTR_MIN_NX ? j->k->dotr[W->type] : NULL;
+        int64_t rb_end = r0;
+        if (dotr) { /* whole 8-row blocks, activation tiles of up to GGML_MAX_NXR rows */
+            rb_end = r0 + (r1 - r0) / GGML_ROWS * GGML_ROWS;
+            for (int64_t t = 0; t < A->ntok && rb_end > r0; t += GGML_MAX_NXR) {
+                int nx = (int)(A->ntok - t < GGML_MAX_NXR ? A->ntok - t : GGML_MAX_NXR);
+                const uint8_t *at = (const uint8_t *)act + (size_t)t * stride;
+                for (int64_t r = r0; r < rb_end; r += GGML_ROWS) {
+                    float o[GGML_ROWS * GGML_MAX_NXR];
+                    dotr(W->cols, (const uint8_t *)W->data + (size_t)r * W->row_bytes, W->row_bytes, at, stride, nx, o);
+                    for (int k = 0; k < GGML_ROWS; k++)
+                        for (int x = 0; x < nx; x++) Y[(t + x) * ldy + r + k] = o[k * nx + x];
+                }
+            }
+        }
+        /* the other rows one by one, activation tiles of up to GGML_MAX_NX rows */
+        for (int64_t t = 0; t < A->ntok && rb_end < r1; t += GGML_MAX_NX) {
             int nx = (int)(A->ntok - t < GGML_MAX_NX ? A->ntok - t : GGML_MAX_NX);
             const uint8_t *at = (const uint8_t *)act + (size_t)t * stride;
-            for (int64_t r = r0; r < r1; r++) {
+            int64_t r = rb_end;
+            for (; r < r1; r++) {
                 float o[GGML_MAX_NX];
                 dot(W->cols, (const uint8_t *)W->data + (size_t)r * W->row_bytes, at, stride, nx, o);
                 for (int x = 0; x < nx; x++) Y[(t + x) * ldy + r] = o[x];
@@ -640,6 +660,7 @@ int kvq_ggml_matmul_multi(const kvq_ggml_kernels *k, kvq_pool *pool, const kvq_g
     int64_t fit = (int64_t)(TASK_WEIGHT_BYTES / (W[0]->row_bytes ? W[0]->row_bytes : 1));
     if (A->ntok > GGML_MAX_NX && per > fit) per = fit;
     if (per < ROWS_PER_TASK_MIN) per = ROWS_PER_TASK_MIN;
+    per = (per + GGML_ROWS - 1) / GGML_ROWS * GGML_ROWS; /* whole row blocks */
     j.rows_per_task = per;
     int ntasks = (int)((total + per - 1) / per);
     return kvq_pool_run(pool, mm_task, &j, ntasks);

@@ -192,12 +192,28 @@ int kvq_ggml_type_uses_q8a(kvq_ggml_type t);
  */
 typedef void (*kvq_ggml_dot_fn)(int64_t n, const void *w, const void *act, size_t act_stride, int nx, float *out);
 
+/* Weight rows one row-block kernel handles, and most activation rows per call. */
+#define GGML_ROWS 8
+#define GGML_MAX_NXR 16
+/*
+ * Row-block form (prefill): out[k * nx + r] = dot(weight row k, activation
+ * row r) for k < GGML_ROWS, r < nx <= GGML_MAX_NXR; weight row k starts at
+ * w + k * w_stride. q8a activations only. The 8 rows' codes of a block are
+ * interleaved in registers so that one activation load and one integer dot
+ * serve 8 weight rows, and the per-block scaling (convert, scale, fma) is
+ * shared by them: a quarter of the single-row kernels' per-block work.
+ */
+typedef void (*kvq_ggml_dotr_fn)(int64_t n, const void *w, size_t w_stride, const void *act, size_t act_stride, int nx,
+                                 float *out);
+
 typedef struct kvq_ggml_kernels {
     const char *name;                    /* "scalar", "avx2", "avx512vnni" */
     kvq_ggml_dot_fn dot[GGML_TYPE_COUNT];    /* NULL for unsupported types */
     /* quantized weights against f32 activation rows (each sub-block
      * dequantized in registers, shared by the rows): no activation rounding */
     kvq_ggml_dot_fn dotf[GGML_TYPE_COUNT];
+    /* row-block kernels (NULL where absent: the matrix product then uses dot) */
+    kvq_ggml_dotr_fn dotr[GGML_TYPE_COUNT];
     void (*quantize_q8a)(const float *x, int64_t n, void *row);
 } kvq_ggml_kernels;
 
