@@ -659,9 +659,12 @@ KVQ_TARGET_VNNI AI __m512i idx64_c(const uint8_t *pk, const int d, const int b, 
 
 KVQ_TARGET_VNNI AI void score_vnni_body(const tq_layout *L, const float *qp, size_t qs, size_t nq,
                                         const uint8_t *codes, size_t n, float *scores, const int d, const int b) {
-    uint8_t tb[64] = {0};
-    for (int k = 0; k < L->cb->n; k++) tb[k] = (uint8_t)(L->cb->c8[k] + 128);
-    const __m512i tab = _mm512_loadu_si512(tb);
+    /* bytes c8[k] + 128 (unsigned, for vpdpbusd), zero past the n <= 16 levels; built in registers: a
+     * zeroed 64-byte stack table is stored with one aligned zmm store, which faults where gcc 13's ASan
+     * places the frame on its fake stack (detect_stack_use_after_return, 32-byte frames) */
+    const __m512i tab = _mm512_maskz_mov_epi8((__mmask64)((1u << L->cb->n) - 1),
+                                              _mm512_xor_si512(_mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)L->cb->c8)),
+                                                               _mm512_set1_epi8((char)0x80)));
     const size_t stride = L->stride, io = L->idx_off;
     const float cs = L->cb->cscale;
     for (size_t j0 = 0; j0 < nq; j0 += 4) {

@@ -126,9 +126,11 @@ TV AI void accv_pass(const tq_layout *L, size_t j0, const int QT, const uint8_t 
                      uint8_t (*wh)[RUN], uint8_t (*wl)[RUN], const float *st, const int D, const int B) {
     const int NV = D / 16, S0 = D * SUBW_V[B][0] / 8, C = S0 >= 16 ? S0 / 16 : 1, K = NV / C;
     const int VT0 = 8 / QT < NV ? 8 / QT : NV, VT = VT0 == 3 ? 2 : VT0; /* 8, 4, 2 (QT = 3: 2) */
-    uint8_t tb[64] = {0};
-    for (int i = 0; i < L->cb->n; i++) tb[i] = (uint8_t)L->cb->c8[i];
-    const __m512i tab = _mm512_loadu_si512(tb), p16 = _mm512_loadu_si512(PERM16), p8 = _mm512_loadu_si512(PERM8);
+    /* c8 in the low n <= 16 bytes, zero above, built in registers (no 64-byte stack table: see
+     * score_vnni_body in tq_kernels_x86.c) */
+    const __m512i tab = _mm512_maskz_mov_epi8((__mmask64)((1u << L->cb->n) - 1),
+                                              _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)L->cb->c8))),
+                  p16 = _mm512_loadu_si512(PERM16), p8 = _mm512_loadu_si512(PERM8);
     const size_t stride = L->stride, io = L->idx_off, nb = (m + 3) / 4;
     const float cs = L->cb->cscale;
 #pragma GCC unroll 16
