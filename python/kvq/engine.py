@@ -14,7 +14,7 @@ import numpy as np
 from . import _lib
 from ._errors import FileIOError, InvalidArgumentError, RangeError, check
 from ._util import Handle, as_f32, check_int
-from .cache import Cache, Policy, PolicyLike, as_policy
+from .cache import Cache, Policy, PolicyLike, _Pools, as_policy
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: the cache policy of Model.generate() (4-bit TurboQuant keys, centred and channel-scaled, 4-bit values)
@@ -150,17 +150,13 @@ def _weights_args(weights: Optional[str], keep: Union[str, Sequence[str], None],
 
 def _code_weights(lib, ptr: int, weights: str, keep: Optional[str], seed: int, threads: int) -> None:
     """kvq_model_quantize_weights on a freshly loaded model (no session exists yet)."""
-    c = _lib.core
-    pool = ctypes.c_void_p()
-    if threads > 1:
-        check(c.kvq_pool_create(ctypes.byref(pool), threads), "kvq_pool_create", argument=threads)
+    pools = _Pools()
     err = ctypes.create_string_buffer(512)
     try:  # ctypes releases the GIL around the call (coding a model takes seconds)
         rc = lib.kvq_model_quantize_weights(ptr, weights.encode(), None if keep is None else keep.encode(),
-                                            seed, pool.value, err, len(err))
+                                            seed, pools.get(threads), err, len(err))
     finally:
-        if pool.value:
-            c.kvq_pool_free(pool.value)
+        pools.free()
     check(rc, "kvq_model_quantize_weights", argument=weights, detail=err.value.decode("utf-8", "replace"))
 
 
