@@ -150,9 +150,11 @@ KVQ_API int kvq_model_quantize_weights(kvq_model *m, const char *spec, const cha
  * and tensors, the coded ones as kvq-coded tensors (docs/FORMAT.md "Coded
  * weights in GGUF") that kvq_model_load reads back; readers that do not know
  * kvq's tensor type refuse the file. Written to PATH.tmp and renamed, so a
- * failure leaves no half file. Calibrated specs cannot be saved
- * (KVQ_ERR_UNSUPPORTED: their plans are fitted to the source weights).
- * KVQ_ERR_IO with the reason in err.
+ * failure leaves no half file. Calibrated specs (+center, +chscale,
+ * +outliers) are saved with their plans' statistics as a tensor beside each
+ * matrix (kvq.weights.version 2). KVQ_ERR_UNSUPPORTED for a source tensor
+ * whose type this writer cannot size or a name too long for its stats
+ * tensor; KVQ_ERR_IO; the reason in err.
  */
 KVQ_API int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t err_cap);
 /* The sliding window of a layer (0: global attention), -1 if layer is out of range. */

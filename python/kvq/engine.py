@@ -227,8 +227,9 @@ class Model:
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Writes the model as a GGUF file (kvq_model_save, as ``kvq quantize``): the source's metadata and
         tensors, the coded matrices as kvq-coded tensors (docs/FORMAT.md) that ``Model(path)`` loads back
-        without re-coding. Written to PATH.tmp and renamed: a failure leaves no half file. Errors:
-        UnsupportedError for a spec that cannot be saved yet, FileIOError with the reason in ``.detail``.
+        without re-coding (calibrated specs with their statistics). Written to PATH.tmp and renamed: a failure
+        leaves no half file. Errors: UnsupportedError for a source tensor the writer cannot size, FileIOError,
+        with the reason in ``.detail``.
 
         Example::
 
