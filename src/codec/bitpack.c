@@ -30,11 +30,10 @@ void bits_unpack(const uint8_t *in, size_t n, int b, uint8_t *idx) {
     }
 }
 
-/* Sub-field widths for b bits, low bits first. */
+/* Sub-field widths for b bits, low bits first (kvq_strided_width, layouts.h). */
 static int subfields(int b, int w[3]) {
-    static const int table[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
     int n = 0;
-    for (int i = 0; i < 3 && table[b][i]; i++) w[n++] = table[b][i];
+    for (int i = 0; i < 3 && kvq_strided_width(b, i); i++) w[n++] = kvq_strided_width(b, i);
     return n;
 }
 

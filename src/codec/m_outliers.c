@@ -374,13 +374,11 @@ static int unrotate(const kvq_plan *p, const float *acc, float *out) {
 
 static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
 
-static const int SUBW[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
-
 /* 1 if every sub-field block of (d, b) is a multiple of 16 bytes (the fast
  * tq kernels read it directly). */
 static int direct16(int d, int b) {
-    for (int f = 0; f < 3 && SUBW[b][f]; f++)
-        if ((d * SUBW[b][f] / 8) % 16) return 0;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++)
+        if ((d * kvq_strided_width(b, f) / 8) % 16) return 0;
     return 1;
 }
 
@@ -394,7 +392,7 @@ static void embed_setup(kvq_plan *p, outl_priv *P) {
     P->embed = 0;
     P->slo = P->inner_bytes, P->shi = P->inner_bytes + 1, P->vo = P->inner_bytes + 2;
     if (in->rec.kind != KVQ_LAY_TQ || direct16(di, b) || !direct16(d, b)) return; /* tq-mse records only */
-    if (SUBW[b][1] == 0) { /* one sub-field: the inner record read as it is */
+    if (kvq_strided_width(b, 1) == 0) { /* one sub-field: the inner record read as it is */
         const int Si = di * b / 8, Sd = d * b / 8, per = 8 / b;
         for (int c = 0; c < di; c++) P->pos[c] = c % Si + (c / Si) * Sd;
         int k = 0;
@@ -407,12 +405,12 @@ static void embed_setup(kvq_plan *p, outl_priv *P) {
     }
     /* repacked: spare positions p mod Smin in the last R residues */
     int nf = 0, wmin = 8;
-    while (nf < 3 && SUBW[b][nf]) wmin = SUBW[b][nf++];
+    while (nf < 3 && kvq_strided_width(b, nf)) wmin = kvq_strided_width(b, nf++);
     const int Smin = d * wmin / 8, R = K * wmin / 8;
     /* spare bytes of the host block in record order; the last R end the block */
     size_t spare[KVQ_DIM_MAX], ns = 0, blk0 = 0;
     for (int f = 0; f < nf; f++) {
-        const int S = d * SUBW[b][f] / 8;
+        const int S = d * kvq_strided_width(b, f) / 8;
         for (int t = 0; t < S / Smin; t++)
             for (int r = Smin - R; r < Smin; r++) spare[ns++] = blk0 + (size_t)t * Smin + (size_t)r;
         blk0 += (size_t)S;

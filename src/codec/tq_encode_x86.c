@@ -23,12 +23,10 @@
 
 #define AI __attribute__((always_inline))
 
-static const int SUBW[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
-
 /* 1 if every sub-field block of (d, b) is a multiple of `lanes` bytes. */
 static int direct_ok(int d, int b, int lanes) {
-    for (int f = 0; f < 3 && SUBW[b][f]; f++)
-        if ((d * SUBW[b][f] / 8) % lanes) return 0;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++)
+        if ((d * kvq_strided_width(b, f) / 8) % lanes) return 0;
     return 1;
 }
 
@@ -79,8 +77,8 @@ KVQ_TARGET_AVX512 static inline AI void pack_idx(const __m512i *id, const int d,
         return;
     }
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
-        const int w = SUBW[b][f], S = d * w / 8, per = 8 / w;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++) {
+        const int w = kvq_strided_width(b, f), S = d * w / 8, per = 8 / w;
         const __m512i mask = _mm512_set1_epi32((1 << w) - 1);
 #pragma GCC unroll 16
         for (int j0 = 0; j0 < S; j0 += 16) {

@@ -13,15 +13,14 @@
 
 #include "simd_util.h"
 #include "tq_kernels.h"
+#include "tq_vnni_table.h"
 
 #if KVQ_X86
 
-static const int SUBW[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
-
 /* 1 if every sub-field block of (d, b) is a multiple of `lanes` bytes. */
 static int direct_ok(int d, int b, int lanes) {
-    for (int f = 0; f < 3 && SUBW[b][f]; f++)
-        if ((d * SUBW[b][f] / 8) % lanes) return 0;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++)
+        if ((d * kvq_strided_width(b, f) / 8) % lanes) return 0;
     return 1;
 }
 
@@ -45,6 +44,7 @@ KVQ_TARGET_AVX2 static inline __m128i field16(const uint8_t *pk, int S, int w, i
 /* ---------------------------------------------------------------- AVX-512 */
 typedef struct {
     int d, b, nlev, direct;
+    int w[4]; /* sub-field widths of b, 0-terminated (kvq_strided_width) */
     __m512 c0, c1; /* centroids 0..15, 16..31 */
     const float *cent;
 } lut512;
@@ -56,6 +56,7 @@ KVQ_TARGET_AVX512 static lut512 lut512_make(const tq_layout *L, const float *cen
     t.nlev = L->cb->n;
     t.cent = cent;
     t.direct = direct_ok(L->d, L->b, 8);
+    for (int f = 0; f < 4; f++) t.w[f] = f < 3 ? kvq_strided_width(L->b, f) : 0;
     t.c0 = _mm512_loadu_ps(cent);
     t.c1 = _mm512_loadu_ps(cent + 16);
     return t;
@@ -65,8 +66,8 @@ KVQ_TARGET_AVX512 static lut512 lut512_make(const tq_layout *L, const float *cen
 KVQ_TARGET_AVX512 static inline __m512i idx16_direct(const lut512 *t, const uint8_t *pk, int c0) {
     __m512i idx = _mm512_setzero_si512();
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW[t->b][f]; f++) {
-        int w = SUBW[t->b][f], S = t->d * w / 8;
+    for (int f = 0; t->w[f]; f++) {
+        int w = t->w[f], S = t->d * w / 8;
         __m512i x = _mm512_and_si512(_mm512_cvtepu8_epi32(field16(pk, S, w, c0)), _mm512_set1_epi32((1 << w) - 1));
         idx = _mm512_or_si512(idx, _mm512_slli_epi32(x, (unsigned)shift));
         pk += S;
@@ -167,8 +168,8 @@ KVQ_TARGET_AVX512 AI float scale_f16c(const tq_layout *L, const uint8_t *rec) {
 KVQ_TARGET_AVX512 AI __m512i idx16_c(const uint8_t *pk, const int d, const int b, const int c0) {
     __m512i idx = _mm512_setzero_si512();
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
-        const int w = SUBW[b][f], S = d * w / 8;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++) {
+        const int w = kvq_strided_width(b, f), S = d * w / 8;
         /* field16 shifts bytes in 16-bit lanes: the upper bits of each byte
          * then come from its neighbour, so the mask is always needed */
         __m512i x = _mm512_and_si512(_mm512_cvtepu8_epi32(field16(pk, S, w, c0)), _mm512_set1_epi32((1 << w) - 1));
@@ -312,6 +313,7 @@ KVQ_TARGET_AVX512 void tq_quantize_avx512(const kvq_codebook *cb, const float *y
 /* ------------------------------------------------------------------- AVX2 */
 typedef struct {
     int d, b, nlev, direct;
+    int w[4]; /* sub-field widths of b, 0-terminated (kvq_strided_width) */
     __m256 c0, c1;
     const float *cent;
 } lut256;
@@ -323,6 +325,7 @@ KVQ_TARGET_AVX2 static lut256 lut256_make(const tq_layout *L, const float *cent)
     t.nlev = L->cb->n;
     t.cent = cent;
     t.direct = direct_ok(L->d, L->b, 8);
+    for (int f = 0; f < 4; f++) t.w[f] = f < 3 ? kvq_strided_width(L->b, f) : 0;
     t.c0 = _mm256_loadu_ps(cent);
     t.c1 = _mm256_loadu_ps(cent + 8);
     return t;
@@ -331,8 +334,8 @@ KVQ_TARGET_AVX2 static lut256 lut256_make(const tq_layout *L, const float *cent)
 KVQ_TARGET_AVX2 static inline __m256i idx8_direct(const lut256 *t, const uint8_t *pk, int c0) {
     __m256i idx = _mm256_setzero_si256();
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW[t->b][f]; f++) {
-        int w = SUBW[t->b][f], S = t->d * w / 8;
+    for (int f = 0; t->w[f]; f++) {
+        int w = t->w[f], S = t->d * w / 8;
         __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pk + c0 % S)));
         x = _mm256_and_si256(_mm256_srli_epi32(x, w * (c0 / S)), _mm256_set1_epi32((1 << w) - 1));
         idx = _mm256_or_si256(idx, _mm256_slli_epi32(x, shift));
@@ -431,8 +434,8 @@ KVQ_TARGET_AVX2 AI float scale_f16c_256(const tq_layout *L, const uint8_t *rec) 
 KVQ_TARGET_AVX2 AI __m256i idx8_c(const uint8_t *pk, const int d, const int b, const int c0) {
     __m256i idx = _mm256_setzero_si256();
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
-        const int w = SUBW[b][f], S = d * w / 8;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++) {
+        const int w = kvq_strided_width(b, f), S = d * w / 8;
         __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pk + c0 % S)));
         if (c0 / S > 0) x = _mm256_srli_epi32(x, w * (c0 / S));
         if (w * (c0 / S) + w < 8) x = _mm256_and_si256(x, _mm256_set1_epi32((1 << w) - 1));
@@ -621,14 +624,13 @@ KVQ_TARGET_AVX2 void tq_query8_avx2(int d, float *qp) {
  * c8 + 128 (unsigned), one vpdpbusd per query against q8 (signed); the +128
  * bias is removed with 128 * sum(q8). Integer sums are exact, so this equals
  * the float kernels bit for bit. */
-#define KVQ_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi2")))
 
 /* Index bytes of coordinates c0..c0+63 (constant d, b, c0). */
 KVQ_TARGET_VNNI AI __m512i idx64_c(const uint8_t *pk, const int d, const int b, const int c0) {
     __m512i idx = _mm512_setzero_si512();
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW[b][f]; f++) {
-        const int w = SUBW[b][f], S = d * w / 8;
+    for (int f = 0; f < 3 && kvq_strided_width(b, f); f++) {
+        const int w = kvq_strided_width(b, f), S = d * w / 8;
         const __m512i mask = _mm512_set1_epi8((char)((1 << w) - 1));
         __m512i x;
         if (S % 64 == 0) {
@@ -659,12 +661,7 @@ KVQ_TARGET_VNNI AI __m512i idx64_c(const uint8_t *pk, const int d, const int b, 
 
 KVQ_TARGET_VNNI AI void score_vnni_body(const tq_layout *L, const float *qp, size_t qs, size_t nq,
                                         const uint8_t *codes, size_t n, float *scores, const int d, const int b) {
-    /* bytes c8[k] + 128 (unsigned, for vpdpbusd), zero past the n <= 16 levels; built in registers: a
-     * zeroed 64-byte stack table is stored with one aligned zmm store, which faults where gcc 13's ASan
-     * places the frame on its fake stack (detect_stack_use_after_return, 32-byte frames) */
-    const __m512i tab = _mm512_maskz_mov_epi8((__mmask64)((1u << L->cb->n) - 1),
-                                              _mm512_xor_si512(_mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)L->cb->c8)),
-                                                               _mm512_set1_epi8((char)0x80)));
+    const __m512i tab = kvq_tq_c8_table(L->cb, 0x80); /* c8 + 128: vpdpbusd's unsigned side */
     const size_t stride = L->stride, io = L->idx_off;
     const float cs = L->cb->cscale;
     for (size_t j0 = 0; j0 < nq; j0 += 4) {

@@ -27,12 +27,11 @@
 
 #include "rec_transpose.h"
 #include "tq_kernels.h"
+#include "tq_vnni_table.h"
 
 #if KVQ_X86
-#define TV __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi2")))
+#define TV KVQ_TARGET_VNNI
 #define AI static inline __attribute__((always_inline))
-
-static const int SUBW_V[9][3] = {{0}, {1}, {2}, {2, 1}, {4}, {4, 1}, {4, 2}, {4, 2, 1}, {4, 4}};
 
 /* vpermb indices: byte 4l + t of the result = byte l (lanes of a 16-byte
  * chunk) of record t; records at bytes 16t (chunks of 16) or 8t (S = 8, the
@@ -70,8 +69,8 @@ TV AI __m512i cent4(const uint8_t *const r[4], const int D, const int B, const i
     __m512i idx = _mm512_setzero_si512();
     size_t off = 0;
     int shift = 0;
-    for (int f = 0; f < 3 && SUBW_V[B][f]; f++) {
-        const int w = SUBW_V[B][f], S = D * w / 8;
+    for (int f = 0; f < 3 && kvq_strided_width(B, f); f++) {
+        const int w = kvq_strided_width(B, f), S = D * w / 8;
         const __m512i mask = _mm512_set1_epi8((char)((1 << w) - 1));
         __m512i x;
         if (S >= 16) {
@@ -124,13 +123,9 @@ TV AI void prep_weights(const float *w, size_t n, size_t j0, const int QT, size_
  * that a tile's vectors share their 16-byte chunks. */
 TV AI void accv_pass(const tq_layout *L, size_t j0, const int QT, const uint8_t *codes, size_t m, float *acc,
                      uint8_t (*wh)[RUN], uint8_t (*wl)[RUN], const float *st, const int D, const int B) {
-    const int NV = D / 16, S0 = D * SUBW_V[B][0] / 8, C = S0 >= 16 ? S0 / 16 : 1, K = NV / C;
+    const int NV = D / 16, S0 = D * kvq_strided_width(B, 0) / 8, C = S0 >= 16 ? S0 / 16 : 1, K = NV / C;
     const int VT0 = 8 / QT < NV ? 8 / QT : NV, VT = VT0 == 3 ? 2 : VT0; /* 8, 4, 2 (QT = 3: 2) */
-    /* c8 in the low n <= 16 bytes, zero above, built in registers (no 64-byte stack table: see
-     * score_vnni_body in tq_kernels_x86.c) */
-    const __m512i tab = _mm512_maskz_mov_epi8((__mmask64)((1u << L->cb->n) - 1),
-                                              _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)L->cb->c8))),
-                  p16 = _mm512_loadu_si512(PERM16), p8 = _mm512_loadu_si512(PERM8);
+    const __m512i tab = kvq_tq_c8_table(L->cb, 0), p16 = _mm512_loadu_si512(PERM16), p8 = _mm512_loadu_si512(PERM8);
     const size_t stride = L->stride, io = L->idx_off, nb = (m + 3) / 4;
     const float cs = L->cb->cscale;
 #pragma GCC unroll 16
@@ -280,7 +275,7 @@ int tq_accum_vnni(const tq_layout *L, const float *w, size_t nq, const uint8_t *
 /* Rows j0..j0+QT-1 against all n records. */
 TV AI void stok_pass(const tq_layout *L, const float *qp, size_t qs, size_t j0, const int QT, const uint8_t *codes,
                      size_t n, float *scores, const int D, const int B) {
-    const int w0 = SUBW_V[B][0], S0 = D * w0 / 8, w1 = SUBW_V[B][1], S1 = D * w1 / 8;
+    const int w0 = kvq_strided_width(B, 0), S0 = D * w0 / 8, w1 = kvq_strided_width(B, 1), S1 = D * w1 / 8;
     const int NGC = S0 >= 16 ? 4 : 2; /* dwords per chunk */
     uint8_t tb[64] = {0};
     for (int i = 0; i < L->cb->n; i++) tb[i] = (uint8_t)(L->cb->c8[i] + 128);
