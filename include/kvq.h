@@ -201,6 +201,25 @@ KVQ_API int kvq_plan_stats(const kvq_plan *plan, float *out, size_t n);
 KVQ_API int kvq_plan_create_from_stats(kvq_plan **out, const char *spec, int dim, uint64_t seed,
                                        const float *stats, size_t n_stats);
 
+/*
+ * A calibrated plan of like's spec, dim, seed and ISA fitted to other rows
+ * (kvq_plan_create_like: calib as kvq_plan_create's) or built from other
+ * stats (kvq_plan_create_like_from_stats: n_stats = kvq_plan_stats_floats
+ * of like), sharing like's method tables instead of building them again:
+ * the inner plan of +center / +chscale / +outliers (rotation, Lloyd-Max
+ * codebook: a tq-mse codebook solve takes milliseconds) is immutable and
+ * reference-counted, so the plans may be used by any threads and freed in
+ * any order. The result equals kvq_plan_create(kvq_plan_spec(like), dim,
+ * seed, calib, n_calib) (resp. kvq_plan_create_from_stats) bit for bit, for
+ * one calibration's cost (one plan per block position of a weight matrix:
+ * docs/METHODS.md "Weights"). KVQ_ERR_INVALID_ARG if like's spec is not
+ * calibrated (nothing to refit: use like) or n_stats is not that count; the
+ * calibration errors of kvq_plan_create / kvq_plan_create_from_stats.
+ */
+KVQ_API int kvq_plan_create_like(kvq_plan **out, const kvq_plan *like, const float *calib, size_t n_calib);
+KVQ_API int kvq_plan_create_like_from_stats(kvq_plan **out, const kvq_plan *like, const float *stats,
+                                            size_t n_stats);
+
 /* Canonical spec string of the plan ("tq-mse:4"). */
 KVQ_API const char *kvq_plan_spec(const kvq_plan *plan);
 KVQ_API int kvq_plan_dim(const kvq_plan *plan);

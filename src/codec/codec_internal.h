@@ -9,6 +9,7 @@
 #ifndef KVQ_CODEC_INTERNAL_H
 #define KVQ_CODEC_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -152,7 +153,12 @@ struct kvq_plan {
     float *S;          /* QJL projection, qjl_m x d row-major, N(0,1) */
     int qjl_m;
     void *priv;        /* method-private tables */
-    kvq_plan *inner;   /* a wrapper's plan of the method (+outliers: for the non-outlier channels) */
+    kvq_plan *inner;   /* a wrapper's plan of the method (+outliers: for the non-outlier channels);
+                          shared by the plans of kvq_plan_create_like (inner_shared = 1) */
+    int inner_shared;  /* 1: p->inner is another plan's too: attach reads it, never writes it */
+    size_t own_code_bytes, own_qfloats; /* this plan's own record and prepared row, before a wrapper
+                          widens code_bytes / qfloats to its strides (wrapper_inner_strides) */
+    atomic_int refs;   /* references: 1 at creation, +1 per plan sharing this one as its inner plan */
     int *ch_out;       /* +outliers: K outlier channels, ascending */
     int *ch_in;        /* +outliers: d - K other channels, ascending */
     float *mu;         /* +center: 4 x d floats: the mean, the scaled mean in the inner plan's domain,
@@ -220,6 +226,11 @@ int plan_layout(kvq_plan *p, int kind, int bits, int m);
 /* Stores a positive scale in 2 bytes (f16) or 4 (f32) at dst; KVQ_ERR_RANGE
  * beyond its range (KVQ_SCALE16_MAX, KVQ_SCALE32_MAX: layouts.h) or NaN. */
 int scale_store(const kvq_plan *p, uint8_t *dst, float s);
+/* Sets the strides the inner plan's kernels step by (its records and prepared
+ * rows are parts of p's: code_bytes / qfloats of p->inner) on an inner plan
+ * built for p; on a shared one (inner_shared) only checks that they are
+ * already those (a shared inner plan is never written): KVQ_ERR_STATE if not. */
+int wrapper_inner_strides(kvq_plan *p, size_t code_bytes, size_t qfloats);
 /* A wrapper's kernels around p->inner: decode and accumulate only when the
  * inner plan decodes (can_decode is the inner plan's). */
 void wrapper_kernels(kvq_plan *p, enc_fn enc, dec_fn dec, prep_fn prep, score_fn score, accum_fn accum);

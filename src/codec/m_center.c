@@ -188,9 +188,11 @@ static int attach(kvq_plan *p) {
     if (p->inner->rotated) rot_apply(&p->inner->rot, am, p->mu + d);
     else memcpy(p->mu + d, am, (size_t)d * sizeof *p->mu);
     p->rec = p->inner->rec; /* the inner method's records, unchanged */
-    p->code_bytes = p->inner->code_bytes;
-    p->qfloats = p->inner->qfloats + 1;
-    p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
+    p->code_bytes = p->inner->own_code_bytes;
+    p->qfloats = p->inner->own_qfloats + 1;
+    /* inner kernels stride over whole prepared rows */
+    int rc = wrapper_inner_strides(p, p->code_bytes, p->qfloats);
+    if (rc) return rc;
     p->rotated = p->inner->rotated;
     wrapper_kernels(p, enc, dec, prep, score, accum);
     return KVQ_OK;

@@ -503,15 +503,16 @@ static int calibrate(kvq_plan *p, const float *calib, size_t n_calib, const kvq_
 static int attach(kvq_plan *p) {
     outl_priv *P = p->priv;
     const int K = p->o.outliers, d = p->d;
-    P->inner_bytes = p->inner->code_bytes;
+    P->inner_bytes = p->inner->own_code_bytes;
     p->code_bytes = (size_t)kvq_outliers_bytes((int)P->inner_bytes, K);
     p->rec.bytes = (int)p->code_bytes; /* kind KVQ_LAY_NONE: the record is described above */
     p->rec.d = d;
-    p->inner->code_bytes = p->code_bytes; /* inner kernels stride over whole records */
     embed_setup(p, P);
-    P->iqf = P->embed ? TQ_QFLOATS(d) : p->inner->qfloats;
+    P->iqf = P->embed ? TQ_QFLOATS(d) : p->inner->own_qfloats;
     p->qfloats = P->iqf + (size_t)K;
-    p->inner->qfloats = p->qfloats; /* inner kernels stride over whole prepared rows */
+    /* inner kernels stride over whole records and whole prepared rows */
+    int rc = wrapper_inner_strides(p, p->code_bytes, p->qfloats);
+    if (rc) return rc;
     p->rotated = 1;
     wrapper_kernels(p, enc, dec, prep, score, accum);
     return KVQ_OK;

@@ -61,6 +61,14 @@ void generic_accum(const kvq_plan *p, const float *w, size_t nq, const uint8_t *
 }
 
 /* ---- wrappers --------------------------------------------------------------- */
+int wrapper_inner_strides(kvq_plan *p, size_t code_bytes, size_t qfloats) {
+    kvq_plan *in = p->inner;
+    if (p->inner_shared) return in->code_bytes == code_bytes && in->qfloats == qfloats ? KVQ_OK : KVQ_ERR_STATE;
+    in->code_bytes = code_bytes;
+    in->qfloats = qfloats;
+    return KVQ_OK;
+}
+
 void wrapper_kernels(kvq_plan *p, enc_fn enc, dec_fn dec, prep_fn prep, score_fn score, accum_fn accum) {
     p->can_decode = p->inner->can_decode;
     p->encode = enc;

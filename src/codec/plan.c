@@ -3,6 +3,7 @@
  * clones, freeing, the accessors. Spec strings: spec.c; the batched API:
  * batch.c; helpers of the methods: method_helpers.c.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,21 @@ static const kvq_wrapper *wrapper_of(const kvq_plan_opts *o, int *count) {
     return w;
 }
 
+/* One more reference to p (a plan sharing it as its inner plan); kvq_plan_free drops one. */
+static kvq_plan *plan_ref(kvq_plan *p) {
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+    return p;
+}
+
 /*
  * A plan of method m with options o. Plain: the method's init. Wrapped: the
  * wrapper calibrates (or copies the tables of src, a clone's source), the
  * inner plan of m is built here with the options, dim and seed the wrapper
- * gives, then the wrapper attaches its record and kernels around it.
+ * gives (or is `shared`, an inner plan built so before: kvq_plan_create_like),
+ * then the wrapper attaches its record and kernels around it.
  */
 static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int dim, uint64_t seed, const float *calib,
-                    size_t n_calib, kvq_isa isa, const kvq_plan *src, const float *stats) {
+                    size_t n_calib, kvq_isa isa, const kvq_plan *src, const float *stats, kvq_plan *shared) {
     if (dim < KVQ_DIM_MIN || dim > KVQ_DIM_MAX || dim % 8) return KVQ_ERR_UNSUPPORTED_DIM;
     if (m->max_bits > 0) {
         if (o.bits < 0) o.bits = m->default_bits;
@@ -49,6 +57,7 @@ static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int di
     if (isa > best) return KVQ_ERR_UNSUPPORTED;
     kvq_plan *p = calloc(1, sizeof *p);
     if (!p) return KVQ_ERR_NOMEM;
+    atomic_init(&p->refs, 1);
     p->m = m;
     p->d = dim;
     p->seed = seed;
@@ -63,7 +72,12 @@ static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int di
     } else if (w) {
         p->w = w;
         rc = w->calibrate(p, calib, n_calib, src, stats);
-        if (!rc) rc = plan_new(&p->inner, m, io, idim, iseed, NULL, 0, isa, NULL, NULL);
+        if (!rc && shared) { /* built from io, idim, iseed before (the same options, dim, seed and ISA) */
+            if (shared->d != idim || shared->seed != iseed || shared->isa != isa || shared->m != m) rc = KVQ_ERR_STATE;
+            else p->inner = plan_ref(shared), p->inner_shared = 1;
+        } else if (!rc) {
+            rc = plan_new(&p->inner, m, io, idim, iseed, NULL, 0, isa, NULL, NULL, NULL);
+        }
         if (!rc) rc = w->attach(p);
     } else {
         rc = m->init(p);
@@ -72,6 +86,8 @@ static int plan_new(kvq_plan **out, const kvq_method *m, kvq_plan_opts o, int di
         kvq_plan_free(p);
         return rc;
     }
+    p->own_code_bytes = p->code_bytes; /* before a wrapper around p widens them */
+    p->own_qfloats = p->qfloats;
     spec_canonical(p);
     *out = p;
     return KVQ_OK;
@@ -87,7 +103,7 @@ static int plan_build(kvq_plan **out, const char *spec, int dim, uint64_t seed, 
     kvq_plan_opts o;
     int rc = spec_parse(spec, &m, &o);
     if (rc) return rc;
-    return plan_new(out, m, o, dim, seed, calib, n_calib, isa, src, stats);
+    return plan_new(out, m, o, dim, seed, calib, n_calib, isa, src, stats, NULL);
 }
 
 int kvq_plan_create(kvq_plan **out, const char *spec, int dim, uint64_t seed, const float *calib, size_t n_calib) {
@@ -127,6 +143,26 @@ int kvq_plan_create_from_stats(kvq_plan **out, const char *spec, int dim, uint64
     return plan_build(out, spec, dim, seed, NULL, 0, KVQ_ISA_BEST, NULL, want ? stats : NULL);
 }
 
+/* A calibrated plan of like's method, options, dim, seed and ISA, from calib or stats, sharing like's inner plan. */
+static int plan_like(kvq_plan **out, const kvq_plan *like, const float *calib, size_t n_calib, const float *stats) {
+    if (!like->w || !like->w->needs_calib || !like->inner) return KVQ_ERR_INVALID_ARG;
+    if (n_calib && (size_t)like->d * sizeof(float) > SIZE_MAX / n_calib) return KVQ_ERR_OVERFLOW;
+    /* the inner plan is immutable once its wrapper is built: sharing it writes only its atomic count */
+    return plan_new(out, like->m, like->o, like->d, like->seed, calib, n_calib, like->isa, NULL, stats, like->inner);
+}
+
+int kvq_plan_create_like(kvq_plan **out, const kvq_plan *like, const float *calib, size_t n_calib) {
+    if (!out || !like || (!calib && n_calib)) return KVQ_ERR_NULL;
+    return plan_like(out, like, calib, n_calib, NULL);
+}
+
+int kvq_plan_create_like_from_stats(kvq_plan **out, const kvq_plan *like, const float *stats, size_t n_stats) {
+    if (!out || !like || !stats) return KVQ_ERR_NULL;
+    if (!like->w || !like->w->needs_calib) return KVQ_ERR_INVALID_ARG;
+    if (n_stats != kvq_plan_stats_floats(like)) return KVQ_ERR_INVALID_ARG;
+    return plan_like(out, like, NULL, 0, stats);
+}
+
 int kvq_plan_clone_isa(kvq_plan **out, const kvq_plan *plan, kvq_isa isa) {
     if (!out || !plan) return KVQ_ERR_NULL;
     if (isa != KVQ_ISA_SCALAR && isa != KVQ_ISA_AVX2 && isa != KVQ_ISA_AVX512 && isa != KVQ_ISA_BEST)
@@ -148,6 +184,8 @@ int kvq_spec_needs_calibration(const char *spec, int *needs) {
 
 void kvq_plan_free(kvq_plan *p) {
     if (!p) return;
+    /* the last reference frees (acq_rel: every use by other holders happens before) */
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) > 1) return;
     if (p->w) p->w->fini(p); /* the wrapper's tables; p->m's init never ran on p */
     else if (p->m && p->m->fini) p->m->fini(p);
     rot_free(&p->rot);

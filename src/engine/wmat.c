@@ -73,8 +73,11 @@ typedef struct {
     size_t n_stats;
 } plan_src;
 
-/* Plan creation, one task per plan (a tq-mse plan builds its codebook:
- * ~4 ms at B = 64, and a calibrated matrix has one per block position). */
+/* Plan creation. Calibrated specs: plan 0 is built in full (its inner plan:
+ * rotation, codebook — a tq-mse:4 codebook solve is ~4 ms at B = 64), then
+ * the other block positions over the pool, one task each, sharing plan 0's
+ * inner plan (kvq_plan_create_like: only the calibration runs, the same
+ * plans bit for bit as kvq_plan_create would give). */
 typedef struct {
     kvq_wmat *w;
     const char *spec;
@@ -90,16 +93,20 @@ static void plan_task(void *arg, int i, int thread) {
     kvq_wmat *w = j->w;
     const plan_src *ps = j->ps;
     const size_t B = (size_t)w->block;
+    const kvq_plan *like = i ? w->plans[0] : NULL; /* plan 0 is built before the others */
     int rc;
     if (w->calibrated && ps->stats) {
-        rc = kvq_plan_create_from_stats(&w->plans[i], j->spec, w->block, j->seed, ps->stats + (size_t)i * j->per, j->per);
+        const float *st = ps->stats + (size_t)i * j->per;
+        rc = like ? kvq_plan_create_like_from_stats(&w->plans[i], like, st, j->per)
+                  : kvq_plan_create_from_stats(&w->plans[i], j->spec, w->block, j->seed, st, j->per);
     } else if (w->calibrated) { /* block i of the sample rows */
         float *blk = malloc(sizeof(float) * ps->n_sample * B);
         if (!blk) rc = KVQ_ERR_NOMEM;
         else {
             for (size_t r = 0; r < ps->n_sample; r++)
                 memcpy(blk + r * B, ps->sample + r * (size_t)w->cols + (size_t)i * B, sizeof(float) * B);
-            rc = kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, blk, ps->n_sample);
+            rc = like ? kvq_plan_create_like(&w->plans[i], like, blk, ps->n_sample)
+                      : kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, blk, ps->n_sample);
             free(blk);
         }
     } else {
@@ -107,6 +114,9 @@ static void plan_task(void *arg, int i, int thread) {
     }
     j->rcs[i] = rc;
 }
+
+/* plan_task 1..nplans-1 (plan 0 is task 0, run first) */
+static void plan_task_rest(void *arg, int i, int thread) { plan_task(arg, i + 1, thread); }
 
 /* Shape checks and the plans (one per block position for calibrated specs,
  * built over pool); own: allocate the codes. *out is written on success only. */
@@ -143,7 +153,8 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
     plan_job j = {.w = w, .spec = spec, .seed = seed, .ps = ps, .per = per};
     j.rcs = calloc((size_t)w->nplans, sizeof *j.rcs);
     if (!w->plans || !j.rcs) { free(j.rcs); kvq_wmat_free(w); return fail(err, cap, KVQ_ERR_NOMEM, "out of memory"); }
-    rc = kvq_pool_run(pool, plan_task, &j, w->nplans);
+    plan_task(&j, 0, 0);
+    rc = j.rcs[0] || w->nplans == 1 ? KVQ_OK : kvq_pool_run(pool, plan_task_rest, &j, w->nplans - 1);
     int bad = -1;
     for (int i = 0; !rc && i < w->nplans && bad < 0; i++)
         if (j.rcs[i]) bad = i, rc = j.rcs[i];
