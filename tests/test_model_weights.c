@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/wmat.h"
 #include "kvq.h"
 #include "kvq_engine.h"
 #include "testutil.h"
@@ -75,9 +77,9 @@ static void hostile_stats(const char *path, const char *cut, const unsigned char
     uint64_t ne0;
     memcpy(&ne0, d + info + 4, 8);
     uint64_t small = ne0 - 8;
-    refused(cut, d, n, info + 4, &small, 8, KVQ_ERR_FORMAT, "expected f32 [", "stats ne0 - 8");
-    uint32_t f16 = 1;
-    refused(cut, d, n, info + 20, &f16, 4, KVQ_ERR_FORMAT, "stats tensor blk.0.attn_k.kvq_stats is f16", "stats f16");
+    refused(cut, d, n, info + 4, &small, 8, KVQ_ERR_FORMAT, "expected f16 [", "stats ne0 - 8");
+    uint32_t f32 = 0; /* version 3 holds f16 stats */
+    refused(cut, d, n, info + 20, &f32, 4, KVQ_ERR_FORMAT, "stats tensor blk.0.attn_k.kvq_stats is f32", "stats f32");
     kvq_gguf_file *g = NULL;
     CHECK_OK(kvq_gguf_open(&g, path));
     if (!g) return;
@@ -86,11 +88,13 @@ static void hostile_stats(const char *path, const char *cut, const unsigned char
     kvq_gguf_close(g);
     CHECK(data > 0 && data + 12 < n, "stats data of %s", name);
     if (data <= 0) return;
-    const float nan = NAN, big = 1e31f, zero = 0.0f;
-    refused(cut, d, n, data, &nan, 4, KVQ_ERR_FORMAT, "block position 0", "NaN mean");
-    refused(cut, d, n, data, &big, 4, KVQ_ERR_FORMAT, "block position 0", "mean beyond 2^100");
-    /* +chscale: floats [d, 2d) are the scales a */
-    refused(cut, d, n, data + 4 * (long)(ne0 / 3), &zero, 4, KVQ_ERR_FORMAT, "block position 0", "scale 0");
+    /* f16 little-endian: a NaN and an Inf mean, a scale 0 and one beyond 16 (+chscale: halves [B, 2B) are the
+     * scales a; ne0 = 2B) */
+    const unsigned char nan[2] = {0x00, 0x7e}, inf[2] = {0x00, 0x7c}, zero[2] = {0, 0}, s32[2] = {0x00, 0x50};
+    refused(cut, d, n, data, nan, 2, KVQ_ERR_FORMAT, "block position 0", "NaN mean");
+    refused(cut, d, n, data + 2, inf, 2, KVQ_ERR_FORMAT, "block position 0", "Inf mean");
+    refused(cut, d, n, data + 2 * (long)(ne0 / 2), zero, 2, KVQ_ERR_FORMAT, "block position 0", "scale 0");
+    refused(cut, d, n, data + 2 * (long)(ne0 / 2) + 2, s32, 2, KVQ_ERR_FORMAT, "block position 0", "scale 32");
     /* cut inside the stats: the reader refuses the file before any plan */
     kvq_model *m = NULL;
     char err[512] = "";
@@ -101,8 +105,57 @@ static void hostile_stats(const char *path, const char *cut, const unsigned char
     long ver = find_bytes(d, n, "kvq.weights.version");
     uint32_t one = 1;
     CHECK(ver > 0, "version key");
-    if (ver > 0)
+    uint32_t four = 4, two = 2;
+    if (ver > 0) {
         refused(cut, d, n, ver + 19 + 4, &one, 4, KVQ_ERR_FORMAT, "kvq.weights.version 1 but spec", "version 1");
+        refused(cut, d, n, ver + 19 + 4, &four, 4, KVQ_ERR_FORMAT, "(this reader: 1, 2, 3)", "version 4");
+        /* version 2 reads f32 stats: these are f16 */
+        refused(cut, d, n, ver + 19 + 4, &two, 4, KVQ_ERR_FORMAT, "is f16 [", "version 2 with f16 stats");
+    }
+}
+
+static int logits_of(const kvq_model *m, kvq_pool *pool, float *out);
+
+/* The u32 value of kvq.weights.version in a file's bytes (0 if absent). */
+static uint32_t version_of(const unsigned char *d, long n) {
+    long at = find_bytes(d, n, "kvq.weights.version");
+    uint32_t v = 0;
+    if (at > 0 && at + 27 <= n) memcpy(&v, d + at + 19 + 4, 4);
+    return v;
+}
+
+/* A version-2 file (f32 stats, as kvq quantize wrote before version 3): the model's matrices marked as holding
+ * f32 stats are saved so, and load with the same logits and byte count. */
+static void version2_file(kvq_model *a, const char *path, kvq_pool *pool, const float *la, size_t nv) {
+    char err[512] = "";
+    kvq_model_info ia, ib;
+    CHECK_OK(kvq_model_get_info(a, &ia));
+    uint64_t f16_bytes = ia.n_weight_bytes, stats16 = 0, stats32 = 0;
+    for (int i = 0; i < a->n_wmats; i++) {
+        stats16 += kvq_wmat_stats_bytes(a->wmats[i]);
+        a->wmats[i]->stats16 = 0;
+        stats32 += kvq_wmat_stats_bytes(a->wmats[i]);
+    }
+    CHECK(stats16 > 0 && stats32 > stats16, "f32 stats cost more: %llu vs %llu", (unsigned long long)stats32,
+          (unsigned long long)stats16);
+    CHECK_OK(kvq_model_save(a, path, err, sizeof err));
+    unsigned char *d = NULL;
+    long n = file_bytes(path, &d);
+    CHECK(n > 0 && version_of(d, n) == 2, "a model with f32 stats saves version 2 (%u)", n > 0 ? version_of(d, n) : 0);
+    free(d);
+    kvq_model *b = NULL;
+    CHECK_OK(kvq_model_load(&b, path, err, sizeof err));
+    if (b) {
+        CHECK_OK(kvq_model_get_info(b, &ib));
+        CHECK(ib.n_weight_bytes == f16_bytes - stats16 + stats32, "version 2: stats counted 4 bytes each");
+        float *lb = malloc(sizeof(float) * nv);
+        CHECK_OK(logits_of(b, pool, lb));
+        CHECK(!memcmp(la, lb, sizeof(float) * nv), "version-2 file: other logits");
+        free(lb);
+        kvq_model_free(b);
+    }
+    for (int i = 0; i < a->n_wmats; i++) a->wmats[i]->stats16 = 1;
+    remove(path);
 }
 
 /* Logits of 12 tokens on model m (f16 cache), into out (12 * n_vocab). */
@@ -150,6 +203,15 @@ static void one_model(const char *path, const char *spec, const char *keep, int 
         CHECK_OK(logits_of(b, pool, lb));
         CHECK(!memcmp(la, lb, sizeof(float) * nv), "%s %s: logits of the saved file differ from the in-memory model",
               path, spec);
+        int cal = 0;
+        CHECK_OK(kvq_spec_needs_calibration(spec, &cal));
+        if (cal) {
+            unsigned char *dv = NULL;
+            long nvb = file_bytes(out, &dv);
+            CHECK(nvb > 0 && version_of(dv, nvb) == 3, "%s: a calibrated spec saves version 3", spec);
+            free(dv);
+            version2_file(a, cut, pool, la, nv);
+        }
         free(la);
         free(lb);
         CHECK(kvq_model_quantize_weights(b, spec, NULL, 0, pool, err, sizeof err) == KVQ_ERR_INVALID_ARG,
@@ -219,8 +281,8 @@ int main(void) {
         if (access(path, R_OK) != 0) continue;
         found++;
         one_model(path, "tq-mse:4", NULL, 7, 4.0, 4.3, pool);
-        /* calibrated: every matrix (stats 3 x cols floats each), and the trellis (slow encoder) on attn_k only */
-        one_model(path, "tq-mse:4+chscale", NULL, 7, 4.2, 4.5, pool);
+        /* calibrated: every matrix (stats 2 x cols f16 each: 4.248 / 4.139 bpw), and the trellis (slow encoder) on attn_k only */
+        one_model(path, "tq-mse:4+chscale", NULL, 7, 4.1, 4.3, pool);
         one_model(path, "tcq:4+chscale", "token_embd,output,ffn,attn_q,attn_v,attn_output", 1, 4.0, 5.0, pool);
         bad_codings(path, "tq-mse:4", pool);
     }

@@ -132,9 +132,20 @@ static void one_case(const spec_case *sc, int64_t rows, int64_t cols, int block,
         uint8_t *ref = malloc(kvq_wmat_code_bytes(q));
         for (int b = 0; b < q->nb; b++) {
             for (int64_t i = 0; i < rows; i++) memcpy(blk + i * B, w + i * cols + (int64_t)b * B, sizeof(float) * (size_t)B);
-            kvq_plan *pb = NULL;
-            CHECK_OK(kvq_plan_create(&pb, sc->spec, B, 7, blk, (size_t)rows));
-            CHECK_OK(kvq_encode(pb, blk, KVQ_DTYPE_F32, (size_t)rows, ref + (size_t)b * (size_t)rows * q->code_bytes));
+            kvq_plan *pf = NULL, *pb = NULL;
+            CHECK_OK(kvq_plan_create(&pf, sc->spec, B, 7, blk, (size_t)rows));
+            /* its stats as a file holds them: f16, +chscale's inverses 1 / a recomputed from the f16 a */
+            size_t per = kvq_plan_stats_floats(pf);
+            float *sb = malloc(sizeof(float) * per);
+            CHECK_OK(kvq_plan_stats(pf, sb, per));
+            const int chs = per == 3 * (size_t)B;
+            for (size_t k = 0; k < (chs ? 2 * (size_t)B : per); k++) sb[k] = kvq_f16_to_f32(kvq_f32_to_f16(sb[k]));
+            if (chs)
+                for (int c = 0; c < B; c++) sb[2 * B + c] = (float)(1.0 / (double)sb[B + c]);
+            CHECK_OK(kvq_plan_create_from_stats(&pb, sc->spec, B, 7, sb, per));
+            if (pb) CHECK_OK(kvq_encode(pb, blk, KVQ_DTYPE_F32, (size_t)rows, ref + (size_t)b * (size_t)rows * q->code_bytes));
+            free(sb);
+            kvq_plan_free(pf);
             kvq_plan_free(pb);
         }
         CHECK(!memcmp(ref, q->codes, kvq_wmat_code_bytes(q)), "%s %lldx%lld: codes differ from per-block plans",
@@ -163,6 +174,53 @@ static void one_case(const spec_case *sc, int64_t rows, int64_t cols, int block,
             CHECK(!memcmp(st, st2, sizeof(float) * ns), "%s: stats of the rebuilt plans differ", sc->spec);
             free(y2);
             free(st2);
+            kvq_wmat_free(q2);
+            q2 = NULL;
+        }
+        /* the 16-bit stats (format version 3): what kvq_wmat_stats gives, rounded; the plans rebuilt from them
+         * give the same products */
+        CHECK(q->stats16 == 1, "%s: coded here, the stats are f16 values", sc->spec);
+        size_t n16 = kvq_wmat_stored16(q), st16 = kvq_wmat_stored_per(sc->spec, B);
+        CHECK(n16 == st16 * (size_t)q->nb && st16 == (per == 3 * (size_t)B ? 2 * (size_t)B : per),
+              "%s: %zu stored values", sc->spec, n16);
+        CHECK(kvq_wmat_stats_bytes(q) == 2 * n16, "%s: stats bytes", sc->spec);
+        uint16_t *h = malloc(sizeof(uint16_t) * n16);
+        CHECK_OK(kvq_wmat_stats16(q, h, n16));
+        CHECK(kvq_wmat_stats16(q, h, n16 + 1) == KVQ_ERR_INVALID_ARG, "stats16 count");
+        for (int b = 0; b < q->nb; b++)
+            for (size_t k = 0; k < st16; k++)
+                CHECK(kvq_f16_to_f32(h[(size_t)b * st16 + k]) == st[(size_t)b * per + k], "%s: stat %d/%zu not f16",
+                      sc->spec, b, k);
+        kvq_wmat *q3 = NULL;
+        CHECK_OK(kvq_wmat_for_codes16(&q3, rows, cols, sc->spec, B, 7, h, n16, err, sizeof err));
+        if (q3) {
+            CHECK_OK(kvq_wmat_set_codes(q3, q->codes, kvq_wmat_code_bytes(q), err, sizeof err));
+            float *y3 = malloc(sizeof(float) * (size_t)(ntok * rows));
+            CHECK_OK(kvq_wmat_matmul(q3, pool, NULL, x, ntok, y3, rows));
+            CHECK(!memcmp(y3, y, sizeof(float) * (size_t)(ntok * rows)), "%s: plans from 16-bit stats differ",
+                  sc->spec);
+            CHECK(q3->stats16 == 1 && kvq_wmat_stats_bytes(q3) == 2 * n16, "%s: 16-bit stats read", sc->spec);
+            free(y3);
+            kvq_wmat_free(q3);
+        }
+        kvq_wmat *k16 = q;
+        CHECK(kvq_wmat_for_codes16(&q, rows, cols, sc->spec, B, 7, h, n16 - 1, err, sizeof err) == KVQ_ERR_INVALID_ARG &&
+                  q == k16, "%s: 16-bit stats count", sc->spec);
+        CHECK(kvq_wmat_for_codes16(&q, rows, cols, "tq-mse:4", B, 7, h, n16, err, sizeof err) == KVQ_ERR_INVALID_ARG &&
+                  q == k16, "16-bit stats for a plain spec");
+        uint16_t h0 = h[0];
+        h[0] = 0x7c00; /* +inf */
+        CHECK(kvq_wmat_for_codes16(&q, rows, cols, sc->spec, B, 7, h, n16, err, sizeof err) == KVQ_ERR_NONFINITE &&
+                  q == k16, "%s: Inf in 16-bit stats: %s", sc->spec, err);
+        h[0] = h0;
+        free(h);
+        /* version-2 stats (f32): counted 4 bytes each */
+        if (q2 == NULL) CHECK_OK(kvq_wmat_for_codes(&q2, rows, cols, sc->spec, B, 7, st, ns, err, sizeof err));
+        if (q2) {
+            CHECK(q2->stats16 == 0 && kvq_wmat_stats_bytes(q2) == 4 * ns, "%s: f32 stats bytes", sc->spec);
+            uint16_t *h2 = malloc(sizeof(uint16_t) * n16);
+            CHECK(kvq_wmat_stats16(q2, h2, n16) == KVQ_ERR_STATE, "%s: f32 stats have no 16-bit form", sc->spec);
+            free(h2);
             kvq_wmat_free(q2);
         }
         /* hostile stats: refused, the block position named, *out untouched */

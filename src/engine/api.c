@@ -104,7 +104,7 @@ int kvq_model_get_info(const kvq_model *m, kvq_model_info *out) {
     out->n_coded = m->n_coded_tensors;
     double bytes = 0.0, values = 0.0;
     for (int i = 0; i < m->n_wmats; i++) {
-        bytes += (double)kvq_wmat_code_bytes(m->wmats[i]) + 4.0 * (double)kvq_wmat_stats_floats(m->wmats[i]);
+        bytes += (double)kvq_wmat_code_bytes(m->wmats[i]) + (double)kvq_wmat_stats_bytes(m->wmats[i]);
         values += (double)m->wmats[i]->rows * (double)m->wmats[i]->cols;
     }
     out->coded_bits = values > 0.0 ? bytes * 8.0 / values : 0.0;

@@ -167,8 +167,8 @@ typedef struct {
 /*
  * A kvq-coded matrix written by kvq quantize (docs/FORMAT.md "Coded weights
  * in GGUF"): the codes stay in the mapping; the plans are built once, from
- * kvq.weights.spec / kvq.weights.seed and, for a calibrated spec (version 2),
- * the stats tensor of the matrix, and give the size the file must hold. The
+ * kvq.weights.spec / kvq.weights.seed and, for a calibrated spec (version 3:
+ * f16 stats, version 2: f32), the stats tensor of the matrix, and give the size the file must hold. The
  * dry pass checks the keys and the shape only.
  */
 static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int64_t rows, int64_t cols,
@@ -178,9 +178,9 @@ static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int6
     char wspec[64] = "", spec[64], why[256] = "";
     int64_t seed = 0;
     int block = 0, needs = 0, rc = kvq_gguf_get_u32(g, "kvq.weights.version", &ver);
-    if (rc || (ver != 1 && ver != 2))
+    if (rc || ver < 1 || ver > 3)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT,
-                    "tensor %s is kvq-coded but kvq.weights.version is %s (this reader: 1, 2)", name,
+                    "tensor %s is kvq-coded but kvq.weights.version is %s (this reader: 1, 2, 3)", name,
                     rc ? "missing" : "another");
     if (kvq_gguf_get_cstr(g, "kvq.weights.spec", wspec, sizeof wspec) ||
         kvq_gguf_get_i64(g, "kvq.weights.seed", &seed) || seed < 0)
@@ -193,38 +193,45 @@ static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int6
         kvq_spec_needs_calibration(spec, &needs))
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s' does not fit rows of %lld values",
                     name, wspec, (long long)cols);
-    if (needs != (ver == 2))
+    if (needs != (ver >= 2))
         return fail(L->err, L->cap, KVQ_ERR_FORMAT,
-                    "tensor %s: kvq.weights.version %u but spec '%s' is %scalibrated (version 2: calibrated plans "
-                    "with stats tensors, 1: plain)", name, ver, wspec, needs ? "" : "not ");
+                    "tensor %s: kvq.weights.version %u but spec '%s' is %scalibrated (versions 2 and 3: calibrated "
+                    "plans with f32 / f16 stats tensors, 1: plain)", name, ver, wspec, needs ? "" : "not ");
     out->type = GGML_TYPE_F32; /* unused: the engine computes with out->coded */
     out->rows = rows;
     out->cols = cols;
     out->row_bytes = 0;
     if (L->dry) return KVQ_OK;
-    float *stats = NULL;
-    size_t ns = 0;
-    if (needs) { /* the plans' stats: f32 [per block position, cols / block] */
+    void *stats = NULL;
+    size_t ns = 0, es = 0; /* stats values, bytes each */
+    if (needs) { /* the plans' stats: version 2 f32 [per, nb], version 3 f16 [stored per, nb] */
         char sname[80];
         size_t per = 0;
         const int nb = (int)(cols / block);
+        const int ty = ver == 3 ? GGML_TYPE_F16 : GGML_TYPE_F32;
         const kvq_gguf_tensor *st = NULL;
         if (kvq_spec_stats_floats(spec, block, &per) || kvq_stats_tensor_name(name, strlen(name), sname, sizeof sname))
             return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: no stats layout for '%s'", name, wspec);
+        if (ver == 3) per = kvq_wmat_stored_per(spec, block); /* +chscale: no inverse scales */
+        es = ver == 3 ? 2 : 4;
         if (!(st = kvq_gguf_find_tensor(g, sname)))
             return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s (calibrated '%s'): its stats tensor %s is missing",
                         name, wspec, sname);
-        if (st->type != GGML_TYPE_F32 || st->n_dims != 2 || st->ne[0] != per || st->ne[1] != (uint64_t)nb || !st->data)
+        if ((int)st->type != ty || st->n_dims != 2 || st->ne[0] != per || st->ne[1] != (uint64_t)nb || !st->data)
             return fail(L->err, L->cap, KVQ_ERR_FORMAT,
-                        "stats tensor %s is %s [%llu, %llu], expected f32 [%zu, %d] ('%s' in blocks of %d)", sname,
-                        kvq_ggml_type_name(st->type), (unsigned long long)st->ne[0],
-                        (unsigned long long)(st->n_dims > 1 ? st->ne[1] : 1), per, nb, spec, block);
+                        "stats tensor %s is %s [%llu, %llu], expected %s [%zu, %d] ('%s' in blocks of %d, version %u)",
+                        sname, kvq_ggml_type_name(st->type), (unsigned long long)st->ne[0],
+                        (unsigned long long)(st->n_dims > 1 ? st->ne[1] : 1), kvq_ggml_type_name(ty), per, nb, spec,
+                        block, ver);
         ns = per * (size_t)nb;
-        if (!(stats = malloc(sizeof(float) * ns))) return fail(L->err, L->cap, KVQ_ERR_NOMEM, "out of memory");
-        memcpy(stats, st->data, sizeof(float) * ns); /* the mapping need not be float-aligned */
+        if (!(stats = malloc(es * ns))) return fail(L->err, L->cap, KVQ_ERR_NOMEM, "out of memory");
+        memcpy(stats, st->data, es * ns); /* the mapping need not be aligned */
     }
     kvq_wmat *w = NULL;
-    rc = kvq_wmat_for_codes(&w, rows, cols, spec, block, (uint64_t)seed, stats, ns, why, sizeof why);
+    if (ver == 3)
+        rc = kvq_wmat_for_codes16(&w, rows, cols, spec, block, (uint64_t)seed, stats, ns, why, sizeof why);
+    else
+        rc = kvq_wmat_for_codes(&w, rows, cols, spec, block, (uint64_t)seed, stats, ns, why, sizeof why);
     free(stats);
     if (rc)
         return fail(L->err, L->cap, KVQ_ERR_FORMAT, "tensor %s: kvq.weights.spec '%s'%s: %s", name, wspec,
@@ -243,7 +250,7 @@ static int get_coded(loader *L, const char *name, const kvq_gguf_tensor *t, int6
     out->data = codes;
     if ((rc = kvq_model_adopt_wmat(L->m, w, name))) return fail(L->err, L->cap, rc, "out of memory");
     out->coded = w;
-    L->m->n_weight_bytes += n_bytes + 4 * (uint64_t)ns;
+    L->m->n_weight_bytes += n_bytes + (uint64_t)kvq_wmat_stats_bytes(w);
     L->m->weights_seed = (uint64_t)seed;
     snprintf(L->m->weights_spec, sizeof L->m->weights_spec, "%s", wspec);
     return KVQ_OK;

@@ -5,9 +5,11 @@
  * .seed when weights are coded. Tensors: in the source order; coded ones
  * (kvq_model_quantize_weights) with type KVQ_GGUF_TYPE_CODES, their logical
  * shape and their codes as data, each calibrated one followed by its stats
- * tensor (f32 [stats floats per block position, block positions]: the plans'
- * kvq_plan_stats; a source's stats tensors are not copied, they are
- * written anew from the plans); the others copied as stored. Written to
+ * tensor (version 3: f16 [stored values per block position, block
+ * positions], kvq_wmat_stats16; version 2, when a matrix holds f32 stats
+ * read from a version-2 file: f32, the plans' kvq_plan_stats; a source's
+ * stats tensors are not copied, they are written anew from the plans); the
+ * others copied as stored. Written to
  * PATH.tmp, then renamed over PATH, so a failure never leaves a half file
  * under PATH.
  */
@@ -68,7 +70,7 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
     const kvq_gguf_file *g = m->gguf;
     size_t nt = kvq_gguf_n_tensors(g), nkv = kvq_gguf_n_kv(g), kept_kv = 0, n_out = 0, stats_max = 0;
     for (size_t i = 0; i < nkv; i++) kept_kv += !is_kvq_key(kvq_gguf_kv_at(g, i)->key);
-    int calibrated = 0;
+    int calibrated = 0, all16 = 1; /* version 3 (f16 stats) unless a matrix holds f32 stats (a version-2 file) */
     for (size_t i = 0; i < nt; i++) {
         const kvq_gguf_tensor *t = kvq_gguf_tensor_at(g, i);
         const kvq_wmat *w = coded_of(m, t->name);
@@ -83,6 +85,7 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
         n_out += 1 + (w && w->calibrated);
         if (w && w->calibrated) {
             calibrated = 1;
+            all16 &= w->stats16;
             if (kvq_wmat_stats_floats(w) > stats_max) stats_max = kvq_wmat_stats_floats(w);
         }
     }
@@ -113,7 +116,7 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
     if (coded) {
         put_str(&o, "kvq.weights.version", 19);
         put_u32(&o, GGUF_TYPE_UINT32);
-        put_u32(&o, calibrated ? 2 : 1); /* 2: calibrated plans, from their stats tensors */
+        put_u32(&o, calibrated ? (all16 ? 3 : 2) : 1); /* 2, 3: calibrated plans, from f32 / f16 stats tensors */
         put_str(&o, "kvq.weights.spec", 16);
         put_u32(&o, GGUF_TYPE_STRING);
         put_str(&o, m->weights_spec, strlen(m->weights_spec));
@@ -136,16 +139,17 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
         put_u64(&o, off);
         off += n;
         off += (align - off % align) % align;
-        if (w && w->calibrated) { /* its stats: f32 [per_block, nb] */
+        if (w && w->calibrated) { /* its stats: version 3 f16 [stored per block, nb], version 2 f32 [per block, nb] */
             char sname[80];
+            const size_t nv = all16 ? kvq_wmat_stored16(w) : kvq_wmat_stats_floats(w);
             (void)kvq_stats_tensor_name(t->name.ptr, (size_t)t->name.len, sname, sizeof sname); /* checked above */
             put_str(&o, sname, strlen(sname));
             put_u32(&o, 2);
-            put_u64(&o, (uint64_t)(kvq_wmat_stats_floats(w) / (size_t)w->nb));
+            put_u64(&o, (uint64_t)(nv / (size_t)w->nb));
             put_u64(&o, (uint64_t)w->nb);
-            put_u32(&o, 0); /* GGML_TYPE_F32 */
+            put_u32(&o, all16 ? GGML_TYPE_F16 : GGML_TYPE_F32);
             put_u64(&o, off);
-            off += 4 * (uint64_t)kvq_wmat_stats_floats(w);
+            off += (all16 ? 2 : 4) * (uint64_t)nv;
             off += (align - off % align) % align;
         }
     }
@@ -161,7 +165,16 @@ int kvq_model_save(const kvq_model *m, const char *path, char *err, size_t cap) 
             break;
         } else put(&o, t->data, (size_t)t->n_bytes);
         if ((o.pos - data0) % align) pad_to(&o, align);
-        if (w && w->calibrated) {
+        if (w && w->calibrated && all16) {
+            size_t n16 = kvq_wmat_stored16(w);
+            uint16_t *h = (uint16_t *)stats; /* stats_max floats hold n16 halves */
+            if (kvq_wmat_stats16(w, h, n16)) { o.bad = 2; break; }
+            for (size_t k = 0; k < n16; k++) { /* little-endian f16, as the rest of the file */
+                uint8_t le[2] = {(uint8_t)(h[k] & 0xff), (uint8_t)(h[k] >> 8)};
+                put(&o, le, 2);
+            }
+            if ((o.pos - data0) % align) pad_to(&o, align);
+        } else if (w && w->calibrated) {
             size_t ns = kvq_wmat_stats_floats(w);
             if (kvq_wmat_stats(w, stats, ns)) { o.bad = 2; break; }
             for (size_t k = 0; k < ns; k++) { /* little-endian f32, as the rest of the file */

@@ -110,7 +110,7 @@ int kvq_model_quantize_weights(kvq_model *m, const char *wspec, const char *keep
         if (kept(list[i].name, keep)) continue;
         kvq_ggml_matrix *mat = list[i].mat;
         m->n_weight_bytes -= (size_t)mat->rows * mat->row_bytes;
-        m->n_weight_bytes += kvq_wmat_code_bytes(w[k]) + sizeof(float) * kvq_wmat_stats_floats(w[k]);
+        m->n_weight_bytes += kvq_wmat_code_bytes(w[k]) + kvq_wmat_stats_bytes(w[k]);
         m->type_count[mat->type]--;
         snprintf(names[k], sizeof names[k], "%s", list[i].name);
         mat->coded = w[k++];

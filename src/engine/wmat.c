@@ -71,7 +71,52 @@ typedef struct {
     size_t n_sample;
     const float *stats;
     size_t n_stats;
+    int stats16;          /* the stats are f16 values (kvq_wmat_for_codes16) */
 } plan_src;
+
+/* ---- 16-bit stats (wmat.h) ------------------------------------------------ */
+/* +chscale's plan stats are 3B floats (means, scales a, inverses 1 / a: kvq.h); 16-bit storage drops the
+ * inverses. +center (B means) and +outliers=K (K channels < 512, exact in f16) store all. */
+static size_t stored_of(size_t per, int B) { return per == 3 * (size_t)B ? 2 * (size_t)B : per; }
+
+size_t kvq_wmat_stored_per(const char *spec, int block) {
+    size_t per = 0;
+    if (!spec || kvq_spec_stats_floats(spec, block, &per)) return 0;
+    return stored_of(per, block);
+}
+
+/* One plan's stats (per floats) from its stored f16 values: +chscale's inverses as the float of 1 / a
+ * (a 0 gives 0: refused by the plan with the scale, KVQ_ERR_RANGE). */
+static void expand16(const uint16_t *in, size_t per, int B, float *out) {
+    const size_t ns = stored_of(per, B);
+    for (size_t k = 0; k < ns; k++) out[k] = kvq_f16_to_f32(in[k]);
+    if (ns == per) return;
+    for (int c = 0; c < B; c++) {
+        const double a = out[B + c];
+        out[2 * B + c] = a != 0.0 ? (float)(1.0 / a) : 0.0f;
+    }
+}
+
+/* A fitted plan (*p) replaced by the plan of its stats rounded to f16 (what a file stores), sharing its inner
+ * plan; KVQ_ERR_RANGE for a stat beyond f16 (|mean| > 65504). */
+static int plan_round16(kvq_plan **p, size_t per, int B) {
+    float st[3 * KVQ_DIM_MAX];
+    uint16_t h[3 * KVQ_DIM_MAX];
+    int rc = kvq_plan_stats(*p, st, per);
+    const size_t ns = stored_of(per, B);
+    for (size_t k = 0; !rc && k < ns; k++) {
+        h[k] = kvq_f32_to_f16(st[k]);
+        if (!isfinite(kvq_f16_to_f32(h[k]))) rc = KVQ_ERR_RANGE;
+    }
+    kvq_plan *q = NULL;
+    if (!rc) {
+        expand16(h, per, B, st);
+        rc = kvq_plan_create_like_from_stats(&q, *p, st, per);
+    }
+    kvq_plan_free(*p);
+    *p = q;
+    return rc;
+}
 
 /* Plan creation. Calibrated specs: plan 0 is built in full (its inner plan:
  * rotation, codebook — a tq-mse:4 codebook solve is ~4 ms at B = 64), then
@@ -108,6 +153,7 @@ static void plan_task(void *arg, int i, int thread) {
             rc = like ? kvq_plan_create_like(&w->plans[i], like, blk, ps->n_sample)
                       : kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, blk, ps->n_sample);
             free(blk);
+            if (!rc) rc = plan_round16(&w->plans[i], j->per, w->block);
         }
     } else {
         rc = kvq_plan_create(&w->plans[i], j->spec, w->block, j->seed, NULL, 0);
@@ -148,6 +194,7 @@ static int wmat_init(kvq_wmat **out, int64_t rows, int64_t cols, const char *spe
     w->block = block;
     w->nb = nb;
     w->calibrated = needs;
+    w->stats16 = needs && (ps->sample || ps->stats16);
     w->nplans = needs ? nb : 1;
     w->plans = calloc((size_t)w->nplans, sizeof *w->plans);
     plan_job j = {.w = w, .spec = spec, .seed = seed, .ps = ps, .per = per};
@@ -292,6 +339,55 @@ int kvq_wmat_for_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *s
     if (!out || !spec || (!stats && n_stats)) return KVQ_ERR_NULL;
     plan_src ps = {.stats = n_stats ? stats : NULL, .n_stats = n_stats};
     return wmat_init(out, rows, cols, spec, block, seed, &ps, 0, NULL, err, cap);
+}
+
+int kvq_wmat_for_codes16(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
+                         const uint16_t *stats16, size_t n16, char *err, size_t cap) {
+    if (!out || !spec || !stats16) return KVQ_ERR_NULL;
+    if (!block) block = kvq_wmat_default_block(cols);
+    size_t per = 0, ns;
+    if (cols < 1 || block < KVQ_DIM_MIN || block > KVQ_DIM_MAX || block % 8 || cols % block)
+        return fail(err, cap, KVQ_ERR_INVALID_ARG, "rows of %lld values cannot be cut into blocks of %d",
+                    (long long)cols, block);
+    int rc = kvq_spec_stats_floats(spec, block, &per);
+    if (rc) return fail(err, cap, rc, "weight spec '%s': %s", spec, kvq_strerror(rc));
+    if (!per) return fail(err, cap, KVQ_ERR_INVALID_ARG, "16-bit stats given to '%s', which is not calibrated", spec);
+    const size_t nb = (size_t)(cols / block), st16 = stored_of(per, block);
+    if (n16 != nb * st16)
+        return fail(err, cap, KVQ_ERR_INVALID_ARG, "%zu 16-bit stats; '%s' in %zu blocks of %d needs %zu x %zu", n16,
+                    spec, nb, block, nb, st16);
+    ns = nb * per;
+    float *st = malloc(sizeof(float) * ns);
+    if (!st) return fail(err, cap, KVQ_ERR_NOMEM, "out of memory");
+    for (size_t b = 0; b < nb; b++) expand16(stats16 + b * st16, per, block, st + b * per);
+    plan_src ps = {.stats = st, .n_stats = ns, .stats16 = 1};
+    rc = wmat_init(out, rows, cols, spec, block, seed, &ps, 0, NULL, err, cap);
+    free(st);
+    return rc;
+}
+
+size_t kvq_wmat_stored16(const kvq_wmat *w) {
+    return w && w->calibrated ? (size_t)w->nb * stored_of(kvq_plan_stats_floats(w->plans[0]), w->block) : 0;
+}
+
+int kvq_wmat_stats16(const kvq_wmat *w, uint16_t *out, size_t n) {
+    if (!w || (!out && n)) return KVQ_ERR_NULL;
+    if (n != kvq_wmat_stored16(w)) return KVQ_ERR_INVALID_ARG;
+    if (!n) return KVQ_OK;
+    if (!w->stats16) return KVQ_ERR_STATE;
+    const size_t per = kvq_plan_stats_floats(w->plans[0]), st16 = n / (size_t)w->nb;
+    float st[3 * KVQ_DIM_MAX];
+    for (int b = 0; b < w->nb; b++) {
+        int rc = kvq_plan_stats(w->plans[b], st, per);
+        if (rc) return rc;
+        for (size_t k = 0; k < st16; k++) out[(size_t)b * st16 + k] = kvq_f32_to_f16(st[k]); /* exact: f16 values */
+    }
+    return KVQ_OK;
+}
+
+size_t kvq_wmat_stats_bytes(const kvq_wmat *w) {
+    if (!w || !w->calibrated) return 0;
+    return w->stats16 ? 2 * kvq_wmat_stored16(w) : 4 * kvq_wmat_stats_floats(w);
 }
 
 int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err, size_t cap) {

@@ -17,15 +17,24 @@
  * call scores a run of rows of one block against all tokens of a batch.
  * Bits per weight: code_bytes * 8 / B, every stored byte counted (codes and
  * the per-record scale / norm); the plan's tables (rotation signs,
- * codebook, calibration means) are per matrix, not per weight, and are
- * reported apart (kvq_wmat_plan_bytes).
+ * codebook) are per matrix and rebuilt from spec and seed (no stored
+ * bytes); a calibrated matrix's stats are stored and counted apart
+ * (kvq_wmat_stats_bytes).
  *
  * Calibrated specs (+center, +chscale, +outliers) fit one plan per block
  * position b on the matrix's own block-b vectors (a sample of the rows,
  * dequantized once per matrix); other specs use one plan for every block.
- * A calibrated matrix's plans are saved as their stats (kvq_plan_stats,
- * nb x per-plan floats: kvq_wmat_stats) and rebuilt from them exactly
- * (kvq_wmat_for_codes).
+ * The plans of one matrix share one inner plan (rotation, codebook: built
+ * once, kvq_plan_create_like). The stats each plan is fitted to are rounded
+ * to f16, and for +chscale the inverse scales recomputed from the rounded
+ * scales (1 / a is not stored): the plans are exactly those a file holding
+ * 16-bit stats rebuilds (format version 3, docs/FORMAT.md), at 2 bytes per
+ * stored stat, mean and a: 32 / rows bits per weight for +chscale.
+ * A calibrated matrix's plans are saved as their stats (kvq_wmat_stats16,
+ * nb x kvq_wmat_stored_per floats) and rebuilt from them exactly
+ * (kvq_wmat_for_codes16; kvq_wmat_for_codes: the f32 stats of version 2).
+ * The inner plans' tables are not stored (the spec and seed rebuild them):
+ * a matrix costs its codes and its stored stats, nothing else.
  */
 #ifndef KVQ_ENGINE_WMAT_H
 #define KVQ_ENGINE_WMAT_H
@@ -47,6 +56,8 @@ typedef struct kvq_wmat {
     size_t qfloats;       /* floats of one prepared activation block */
     const uint8_t *codes; /* (nb, rows, code_bytes): owned, or borrowed (kvq_wmat_from_codes) */
     uint8_t *owned;       /* codes when coded here, else NULL */
+    int stats16;          /* calibrated: 1 if the stats are f16 values, stored as such (coded here, or a
+                             version-3 file); 0: the f32 stats of a version-2 file */
 } kvq_wmat;
 
 /* The block width used when a spec names none: the largest power of two
@@ -90,6 +101,24 @@ int kvq_wmat_set_codes(kvq_wmat *w, const void *codes, size_t n_bytes, char *err
 /* Both steps for a non-calibrated spec (*out untouched on failure). */
 int kvq_wmat_from_codes(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
                         const void *codes, size_t n_bytes, char *err, size_t err_cap);
+
+/*
+ * The same from 16-bit stats (a version-3 file): per block position
+ * kvq_wmat_stored_per(spec, block) f16 values, the stats of
+ * kvq_plan_stats less +chscale's inverse scales (recomputed as the float of
+ * 1 / a from the f16 a). Errors as kvq_wmat_for_codes'.
+ */
+int kvq_wmat_for_codes16(kvq_wmat **out, int64_t rows, int64_t cols, const char *spec, int block, uint64_t seed,
+                         const uint16_t *stats16, size_t n16, char *err, size_t err_cap);
+/* Values stored per block position in 16 bits: kvq_spec_stats_floats, less
+ * the B inverse scales of +chscale (3B -> 2B); 0 for a plain spec or a bad one. */
+size_t kvq_wmat_stored_per(const char *spec, int block);
+/* Stored 16-bit values of a matrix (nb x stored_per), 0 when not calibrated. */
+size_t kvq_wmat_stored16(const kvq_wmat *w);
+/* Its stored 16-bit stats (n = kvq_wmat_stored16; KVQ_ERR_STATE if w->stats16 is 0). */
+int kvq_wmat_stats16(const kvq_wmat *w, uint16_t *out, size_t n);
+/* Bytes its stats cost stored: 2 x stored16 (stats16), else 4 x stats_floats (version 2). */
+size_t kvq_wmat_stats_bytes(const kvq_wmat *w);
 
 /* Floats of the plans' stats: nb x kvq_plan_stats_floats, 0 when not calibrated. */
 size_t kvq_wmat_stats_floats(const kvq_wmat *w);
