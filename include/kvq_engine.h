@@ -151,8 +151,9 @@ KVQ_API int kvq_model_quantize_weights(kvq_model *m, const char *spec, const cha
  * weights in GGUF") that kvq_model_load reads back; readers that do not know
  * kvq's tensor type refuse the file. Written to PATH.tmp and renamed, so a
  * failure leaves no half file. Calibrated specs (+center, +chscale,
- * +outliers) are saved with their plans' statistics as a tensor beside each
- * matrix (kvq.weights.version 2). KVQ_ERR_UNSUPPORTED for a source tensor
+ * +outliers) are saved with their plans' statistics as an f16 tensor beside
+ * each matrix (kvq.weights.version 3; a model loaded from a version-2 file,
+ * f32 statistics, is saved as version 2). KVQ_ERR_UNSUPPORTED for a source tensor
  * whose type this writer cannot size or a name too long for its stats
  * tensor; KVQ_ERR_IO; the reason in err.
  */
