@@ -14,7 +14,8 @@ for path in sorted(glob.glob(os.path.join(REF, "*-kvq-tcq_4*.jsonl"))) + sorted(
         if r.get("record") != "summary":
             continue
         name = os.path.basename(path)
-        stats = "f16 (v3)" if "f16stats" in name else ("f32 (v2)" if "chscale" in r["weights"] or "center" in r["weights"] else "-")
+        calibrated = "chscale" in r["weights"] or "center" in r["weights"]
+        stats = "-" if not calibrated else ("f16 (v3)" if "f16stats" in name else "f32 (v2)")
         src = "2026-12-02" if path.startswith(REF) else "this run"
         rows.append((r["model"].split("-")[0], r["weights"], stats, r["weights_bits"], r["kld"], r["kld_se"], r["top1"],
                      r["ppl"], src))
