@@ -11,7 +11,12 @@ briefly (tiny contexts, one window), through their --json output:
   needle     result and summary records parse, accuracy in [0, 1], the
              answers are strings, one key per trial
   gen-check  f16 first and identical to itself (diverge null), a tested
-             policy's fields, coherent <= generated
+             policy's fields, coherent <= generated, f16 never degenerate
+             beyond itself, degenerate = also_f16 + beyond_f16, the cache's
+             bits per value (16 for f16, 3.25 for tq-mse:3 on d = 64);
+             --prompts-file: the file's prompts (2, with a blank line and
+             non-ASCII text), malformed files refused with exit 2 and the
+             line and column, --prompts above the file's count refused
   Ctrl-C     ppl stops after the current window on SIGINT, exits 130 and
              still writes the summary, marked interrupted and partial
 
@@ -24,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -163,6 +169,49 @@ def test_gen_check(kvq, model):
             check(0 <= p["coherent"] <= p["generated"] <= 12, f"gen-check: coherent/generated {p}")
     check(s[0]["identical"] == 2 and all(p["diverge"] is None for p in s[0]["prompts"]),
           "gen-check: f16 identical to itself")
+    for r in s:
+        has(r, ["degenerate_also_f16", "degenerate_beyond_f16", "bits_per_value_all_layers", "kv_bytes_per_token",
+                "kv_bytes", "kv_positions", "prompts_file"], "gen-check")
+        check(r["degenerate"] == r["degenerate_also_f16"] + r["degenerate_beyond_f16"], f"gen-check: degenerate split {r}")
+        check(r["prompts_file"] is None, "gen-check: built-in prompts")
+        for p in r["prompts"]:
+            check(p["beyond_f16"] == (p["degenerate_at"] is not None and
+                                      s[0]["prompts"][p["prompt"]]["degenerate_at"] is None),
+                  f"gen-check: beyond_f16 {p}")
+            check(p["prompt_tokens"] > 0, f"gen-check: prompt_tokens {p}")
+    check(s[0]["degenerate_beyond_f16"] == 0, "gen-check: f16 beyond itself")
+    check(abs(s[0]["bits_per_value_all_layers"] - 16.0) < 1e-9 and abs(s[1]["bits_per_value_all_layers"] - 3.25) < 1e-9,
+          f"gen-check: bits {s[0]['bits_per_value_all_layers']} {s[1]['bits_per_value_all_layers']}")
+
+
+def test_gen_check_prompts_file(kvq, model, tmp):
+    good = os.path.join(tmp, "prompts.json")
+    with open(good, "w", encoding="utf-8") as f:
+        json.dump(["Name three colours.", "Caf\u00e9 menu:\n\n1."], f)
+    recs = run_json(kvq, ["gen-check", "-m", model, "--n", "6", "--prompts-file", good, "--completion",
+                          "--per-prompt"])
+    s = summaries(recs)
+    check(len(s) == 1 and s[0]["n_prompts"] == 2 and s[0]["prompts_file"] == good and not s[0]["chat"],
+          f"gen-check --prompts-file: {s}")
+    texts = [r for r in recs if r.get("record") == "prompt"]
+    check(len(texts) == 2 and all(isinstance(r["text"], str) for r in texts), "gen-check --prompts-file: texts")
+    bad = [("[]", "line 1, column 2: no prompts"),
+           ("", "line 1, column 1: empty file"),
+           ('["a",\n "b\nc"]', "line 2, column 4: prompt 2: raw control character U+000A"),
+           ('["a", ]', "trailing comma"),
+           (b'["caf\xe9"]', "line 1, column 6: prompt 1: invalid UTF-8"),
+           ('["' + "x" * 16385 + '"]', "prompt 1 is longer than 16384 bytes")]
+    for i, (text, want) in enumerate(bad):
+        path = os.path.join(tmp, f"bad{i}.json")
+        with open(path, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+        p = subprocess.run([kvq, "gen-check", "-m", model, "--prompts-file", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60, cwd=CWD)
+        check(p.returncode == 2 and want in p.stderr and p.stdout == "",
+              f"gen-check bad file {i}: exit {p.returncode}, stderr {p.stderr[-300:]!r}, want {want!r}")
+    p = subprocess.run([kvq, "gen-check", "-m", model, "--prompts-file", good, "--prompts", "3"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, cwd=CWD)
+    check(p.returncode == 2 and "there are 2 prompts in" in p.stderr, f"gen-check --prompts 3 of 2: {p.stderr[-300:]!r}")
 
 
 def test_sigint(kvq, model, text):
@@ -200,6 +249,8 @@ def main() -> int:
     test_kld(kvq, model, text)
     test_needle(kvq, model)
     test_gen_check(kvq, model)
+    with tempfile.TemporaryDirectory() as tmp:
+        test_gen_check_prompts_file(kvq, model, tmp)
     test_sigint(kvq, model, text)
     rc.log(NAME, f"{'FAIL' if FAILS else 'OK'} ({len(FAILS)} failures) in {time.time() - t0:.1f} s")
     return 1 if FAILS else 0
