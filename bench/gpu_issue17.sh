@@ -19,7 +19,8 @@
 # probe: split-K at small batch (session 11): new built alone; Nsight Compute of the tq-mse:2/2, tq-mse:4/4
 #        and q8 main kernels at 16 x 32K (bench/profile_cuda.sh: sections, executed instructions, cycles;
 #        raw text ncu_*.txt), the kernel durations (prep, main, merge) under ncu at 1 x 32K, 1 x 128K,
-#        4 x 128K, 16 x 32K (kdur.log), and the chunk sweep (cuda_attn --chunks) at those shapes (sweep.log).
+#        4 x 128K, 16 x 32K (kdur.log), the chunk sweep (cuda_attn --chunks) at those shapes (sweep.log),
+#        bench/torch_sdpa.py (in extra.tgz, its "torch" lines in the output).
 # sk:    base and new built in parallel, test_cuda (full) on new, base vs new interleaved (tq-mse:4/4,
 #        tq-mse:2/2, q8; every shape; REPS times, default 2), bench/torch_sdpa.py, the ncu profiles and
 #        kernel durations of probe on new (and the profiles on base); build logs and SASS in extra.tgz.
@@ -183,6 +184,8 @@ if [ "$MODE" = probe ]; then
         done
     done
     echo "sweep: $(( $(date +%s) - t0 )) s"
+    timeout 150 python3 bench/torch_sdpa.py --runs 30 > /tmp/x/torch_sdpa.txt 2>&1; grep -E "^torch" /tmp/x/torch_sdpa.txt
+    echo "sdpa: $(( $(date +%s) - t0 )) s"
     for f in /tmp/b/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq2.cu.o /tmp/b/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq4.cu.o \
              /tmp/b/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_q8.cu.o; do cuobjdump -sass "$f" > /tmp/x/$(basename "$f").sass 2>&1; done
     tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
