@@ -23,7 +23,8 @@
 #        bench/torch_sdpa.py (in extra.tgz, its "torch" lines in the output).
 # sk:    base and new built in parallel, test_cuda (full) on new, base vs new interleaved (tq-mse:4/4,
 #        tq-mse:2/2, q8; every shape; REPS times, default 2), bench/torch_sdpa.py, the ncu profiles and
-#        kernel durations of probe on new (and the profiles on base); build logs and SASS in extra.tgz.
+#        kernel durations of probe on new (BASE_NCU=1: the profiles on base too), the chunk sweep on new
+#        (SWEEP=0: none); raw ncu text, build logs in extra.tgz.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -46,6 +47,15 @@ profiles() {
         mkdir -p /tmp/x/$n && timeout 120 bash bench/profile_cuda.sh "$1" /tmp/x/$n "$pol" > /tmp/x/$n/sum.txt 2>&1
         cp /tmp/x/$n/ncu.txt "${PROF_OUT:-$OUT}/ncu_$n.txt"
         echo "== $n"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occ|No Eligible|L1/TEX Hit|Memory Throughput|inst_executed|inst_issued|cycles_elapsed|dram__bytes|ERROR" /tmp/x/$n/ncu.txt | head -20
+    done
+}
+# the chunk sweep (cuda_attn --chunks) at the small shapes and 16 x 32K, into $OUT/sweep.log
+sweep() {
+    CH=16,32,48,64,96,128,160,192,256,320,384,512
+    for sh in "1 32768" "1 131072" "4 131072" "4 32768" "16 32768"; do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            "$1/cuda_attn" --no-encode --policy "$pol" --shape $sh --runs 30 --chunks $CH 2>&1 | grep -E "B=" >> "$OUT/sweep.log"
+        done
     done
 }
 # kernel durations under ncu (prep, main, window, merge; 2 steps after warm-up) at the small shapes
@@ -177,12 +187,7 @@ if [ "$MODE" = probe ]; then
     echo "ncu: $(( $(date +%s) - t0 )) s"
     kdur /tmp/b > "$OUT/kdur.log" 2>&1
     echo "kdur: $(( $(date +%s) - t0 )) s"
-    CH=16,32,48,64,96,128,160,192,256,320,384,512
-    for sh in "1 32768" "1 131072" "4 131072" "4 32768" "16 32768"; do
-        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
-            /tmp/b/cuda_attn --no-encode --policy "$pol" --shape $sh --runs 30 --chunks $CH 2>&1 | grep -E "B=" >> "$OUT/sweep.log"
-        done
-    done
+    sweep /tmp/b
     echo "sweep: $(( $(date +%s) - t0 )) s"
     timeout 150 python3 bench/torch_sdpa.py --runs 30 > /tmp/x/torch_sdpa.txt 2>&1; grep -E "^torch" /tmp/x/torch_sdpa.txt
     echo "sdpa: $(( $(date +%s) - t0 )) s"
@@ -215,6 +220,8 @@ if [ "$MODE" = sk ]; then
     { profiles /tmp/b ""; [ "${BASE_NCU:-0}" = 1 ] && profiles /tmp/bb _base; } > "$OUT/ncu_summary.txt" 2>&1
     kdur /tmp/b > "$OUT/kdur.log" 2>&1
     echo "ncu: $(( $(date +%s) - t0 )) s"
+    [ "${SWEEP:-1}" = 1 ] && sweep /tmp/b
+    echo "sweep: $(( $(date +%s) - t0 )) s"
     tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
     grep -E "ctx=(32768|131072)" "$OUT/ab.log" | grep -E "B=  1|B=  4|B= 16" | head -40
     grep -E "^torch" "$OUT/torch_sdpa.txt" | tail -12

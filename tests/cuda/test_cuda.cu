@@ -1155,6 +1155,16 @@ static void test_attention(bool quick) {
      * 2-bit byte table, KTQ2X / VTQ2X) */
     AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
     run_attn_case(gauss2, 9003, true);
+    /* the merge's chunk slices and block reductions (attn.cu, merge_q_kernel): many short chunks
+     * forced (2 tiles per warp on the wide-table kernel: 79 chunks; 1 per warp on q8: 141, with the
+     * window), and at d = 32 more chunks (141) than the merge block's 4 x 32 threads */
+    AttnCase m79 = {"tq-mse:4", "tq-mse:4", 2, 8, 128, 0, {20000, 300}, {}, 16};
+    run_attn_case(m79, 9004, true);
+    AttnCase m141 = {"q8", "q8", 2, 8, 128, 32, {9000, 17}, {3, 32}, 4};
+    run_attn_case(m141, 9005, true);
+    AttnCase m32 = {"tq-mse:4", "tq-mse:4", 1, 4, 64, 32, {9000, 100}, {5, 0}, 4};
+    m32.d = 32;
+    run_attn_case(m32, 9006, true);
 }
 
 /* Calibrated plans (+center, +chscale; docs/CUDA.md "Calibrated plans"): K and V rows with a mean and
