@@ -486,14 +486,20 @@ constexpr int MSL = 4; /* chunk slices of the merge */
 template <int DD> __global__ void __launch_bounds__(DD * MSL) merge_q_kernel(MergeParams mp) {
     constexpr int NT = DD * MSL, NWM = NT / 32;
     extern __shared__ float msm[];
-    kvqa::pdl_wait(); /* the partial states of the previous kernels */
     const int s = blockIdx.y, hq = blockIdx.x, h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
     const int NC = mp.nchunk + 1, t = threadIdx.x, c = t % DD, g = t / DD, SFd = mp.sf;
     const int lane = t & 31, wid = t >> 5;
+    const bool on = t < DD; /* the first DD threads: the sum of the slices, the rotation, the output */
     float *ws = msm, *ls = ws + NC, *red = ls + NC, *y = red + 2 * NWM, *yw = y + DD, *ya = yw + DD;
+    /* before the wait: what no kernel of this step writes (the lengths, written before prep started,
+     * which the main pass and this launch follow; the V rotation's signs) */
     const int len = mp.main_len[s];
-    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const bool win = mp.win_len && mp.win_len[s] > 0;
+    const int th = h % mp.tabh; /* the KV head's rotation */
+    float sg1 = 0.f, sg2 = 0.f;
+    if (mp.rot == 1 && on) sg1 = mp.signs[(size_t)th * 2 * DD + c], sg2 = mp.signs[(size_t)th * 2 * DD + DD + c];
+    kvqa::pdl_wait(); /* the partial states of the previous kernels */
+    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SFd;
     /* calibrated K: the main chunks' scores lack q . mean, the window's hold it */
     const float qc = mp.qconst ? mp.qconst[(size_t)s * mp.HQ + hq] : 0.f;
@@ -533,20 +539,17 @@ template <int DD> __global__ void __launch_bounds__(DD * MSL) merge_q_kernel(Mer
     }
     ya[g * DD + c] = acc;
     __syncthreads();
-    const bool on = t < DD; /* the first DD threads: the sum of the slices, the rotation, the output */
     float r = 0.f;
     if (on) {
         for (int i = 0; i < MSL; i++) r += ya[i * DD + c];
         y[c] = r;
         yw[c] = wwin != 0.f ? wwin * base[(size_t)mp.nchunk * SFd + 2 * QPB + q * DD + c] : 0.f;
     }
-    const int th = h % mp.tabh; /* the KV head's rotation */
     if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
-        const float *signs = mp.signs + (size_t)th * 2 * DD;
         fwht_block<DD>(y, c, on);
-        if (on) y[c] *= signs[DD + c] * mp.rs;
+        if (on) y[c] *= sg2 * mp.rs;
         fwht_block<DD>(y, c, on);
-        if (on) y[c] *= signs[c] * mp.rs;
+        if (on) y[c] *= sg1 * mp.rs;
         r = y[c];
     } else if (mp.rot == 2) { /* x = Q^T y */
         __syncthreads();
@@ -595,7 +598,8 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
     const int tiles = (max_main_len + 15) / 16;
     const long long items = (long long)n_seq * L->H * L->QG;
     if (L->force_ct > 0) return L->force_ct;
-    return kvqa::chunk_tiles(tiles, items, L->sms * L->occ, L->nw, L->wide);
+    if (L->gen) return kvqa::chunk_tiles_waves(tiles, items, L->sms * L->occ, L->nw);
+    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide);
 }
 
 /* Floats of a prepared query: the rotated query (d), then S q~ (m) for QJL keys; at least 2d (the
