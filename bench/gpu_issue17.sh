@@ -49,10 +49,10 @@ profiles() {
         echo "== $n"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occ|No Eligible|L1/TEX Hit|Memory Throughput|inst_executed|inst_issued|cycles_elapsed|dram__bytes|ERROR" /tmp/x/$n/ncu.txt | head -20
     done
 }
-# the chunk sweep (cuda_attn --chunks) at the small shapes and 16 x 32K, into $OUT/sweep.log
+# the chunk sweep (cuda_attn --chunks) at the small shapes, 16 x 32K, 16 x 4K and 64 x 4K, into $OUT/sweep.log
 sweep() {
     CH=16,32,48,64,96,128,160,192,256,320,384,512
-    for sh in "1 32768" "1 131072" "4 131072" "4 32768" "16 32768"; do
+    for sh in "1 32768" "1 131072" "4 131072" "4 32768" "16 32768" "16 4096" "64 4096"; do
         for pol in tq-mse:4/4 tq-mse:2/2 q8; do
             "$1/cuda_attn" --no-encode --policy "$pol" --shape $sh --runs 30 --chunks $CH 2>&1 | grep -E "B=" >> "$OUT/sweep.log"
         done

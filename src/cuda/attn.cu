@@ -481,9 +481,12 @@ struct MergeParams {
  * thread walked all chunks three times serially (the max, l, the accumulators, 2^x twice per
  * chunk): 12.3 us at 1 x 32K / 128K with 32 chunks, + 0.23 us per chunk (Nsight Compute, H200,
  * docs/RESULTS.md "Split-K at small batch"), 20-34% of the step at batch 1. Then the slices'
- * sums, the inverse rotation by fwht_block (or the dense transpose) on the first DD threads. */
-constexpr int MSL = 4; /* chunk slices of the merge */
-template <int DD> __global__ void __launch_bounds__(DD * MSL) merge_q_kernel(MergeParams mp) {
+ * sums, the inverse rotation by fwht_block (or the dense transpose) on the first DD threads.
+ * MSL = 4 slices from MERGE_SLICE_CHUNKS chunks on, else 1 (four slices of 1-2 chunks made the
+ * merge of 64 x 4K, 2048 blocks, 14% of the step slower). */
+constexpr int MERGE_SLICE_CHUNKS = 8;
+static int merge_slices(int nchunk) { return nchunk >= MERGE_SLICE_CHUNKS ? 4 : 1; }
+template <int DD, int MSL> __global__ void __launch_bounds__(DD * MSL) merge_q_kernel(MergeParams mp) {
     constexpr int NT = DD * MSL, NWM = NT / 32;
     extern __shared__ float msm[];
     const int s = blockIdx.y, hq = blockIdx.x, h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
@@ -565,7 +568,8 @@ template <int DD> __global__ void __launch_bounds__(DD * MSL) merge_q_kernel(Mer
 /* Dynamic shared memory of the merge for nchunk main chunks (weights and l of nchunk + 1 chunks,
  * the reductions, y, yw, the slices' sums). */
 static size_t merge_smem(int d, int nchunk) {
-    return (size_t)(2 * (nchunk + 1) + 2 * (d * MSL / 32) + (2 + MSL) * d) * sizeof(float);
+    const int msl = merge_slices(nchunk);
+    return (size_t)(2 * (nchunk + 1) + 2 * (d * msl / 32) + (2 + msl) * d) * sizeof(float);
 }
 
 /* prep and merge at the head dims of the backend's attention */
@@ -580,13 +584,16 @@ static int launch_prep(int d, dim3 grid, cudaStream_t st, const PrepParams &pp) 
     }
     return kvq_cuda_status(cudaGetLastError());
 }
+template <int DD, int MSL> static int launch_merge_k(dim3 grid, size_t msm, cudaStream_t st, bool pdl, const MergeParams &mp) {
+    if (msm > 48 * 1024)
+        KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel<DD, MSL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
+    return kvqa::launch_kernel(merge_q_kernel<DD, MSL>, grid, dim3(DD * MSL), msm, st, pdl, mp);
+}
 static int launch_merge(int d, dim3 grid, size_t msm, cudaStream_t st, bool pdl, const MergeParams &mp) {
+    const bool sliced = merge_slices(mp.nchunk) == 4;
     switch (d) {
-#define KVQ_MERGE_CASE(DD)                                                                                       \
-    case DD:                                                                                                     \
-        if (msm > 48 * 1024)                                                                                     \
-            KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm)); \
-        return kvqa::launch_kernel(merge_q_kernel<DD>, grid, dim3(DD * MSL), msm, st, pdl, mp);
+#define KVQ_MERGE_CASE(DD) \
+    case DD: return sliced ? launch_merge_k<DD, 4>(grid, msm, st, pdl, mp) : launch_merge_k<DD, 1>(grid, msm, st, pdl, mp);
         KVQ_ATTN_DIMS(KVQ_MERGE_CASE)
 #undef KVQ_MERGE_CASE
     }
@@ -802,7 +809,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.qconst = L->k->cal ? qconst : NULL;
     mp.vcal = L->v->cal;
     mp.vnh = L->v->nh;
-    /* one block of MSL x d threads per query head; a programmatic dependent of the main pass (or
+    /* one block of merge_slices(nchunk) x d threads per query head; a programmatic dependent of the main pass (or
      * the window pass) where the device takes it: its launch overlaps their end */
     const size_t msm = merge_smem(L->d, nchunk);
     return launch_merge(L->d, dim3(L->HQ, b->n_seq), msm, st, L->pdl, mp);
