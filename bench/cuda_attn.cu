@@ -19,8 +19,11 @@
  * Calibrated policies (+center, +chscale; e.g. --policy tq-mse:4+chscale/tq-mse:4): one CPU plan per
  * KV head fitted to 64 random calibration rows (channel means ~ N(0, 4), channel scales e^N(0, 0.64)), as
  * the C cache fits one per head, uploaded with kvq_cuda_plan_create_heads.
+ * --chunks T1,T2,...: the split-K sweep (issue 17): after the rule's chunking, the same cache timed with
+ * each forced chunk of Ti 16-token tiles (kvq_cuda_layer_force_chunk; a multiple of the block's warps, at
+ * most 32 per warp, 64 for the wide-table kernel; others are skipped), one line each ("chunk=Ti").
  * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--heads HQ H] [--generic] [--policy NAME]
- *                  [--shape B CTX]
+ *                  [--shape B CTX] [--chunks T1,T2,...]
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +39,8 @@
 
 /* internal (attn.cu): the main pass on the generic kernel */
 extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L);
+extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
+static const char *g_chunks; /* --chunks: forced tiles per chunk to sweep, comma-separated */
 
 #define CU(expr)                                                                                      \
     do {                                                                                              \
@@ -260,38 +265,50 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     const float scale = 1.0f / sqrtf((float)D);
-    std::vector<float> t;
-    const int warm = 5;
-    for (int i = 0; i < warm + runs; i++) {
-        const int c = i % copies;
-        kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL};
-        CU(cudaEventRecord(e0));
-        OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
-        CU(cudaEventRecord(e1));
-        CU(cudaEventSynchronize(e1));
-        float ms;
-        CU(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= warm) t.push_back(ms);
+    /* one timing of the current chunking; ct: the forced tiles per chunk, 0 for the rule */
+    auto timing = [&](int ct) {
+        std::vector<float> t;
+        const int warm = 5;
+        for (int i = 0; i < warm + runs; i++) {
+            const int c = i % copies;
+            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL};
+            CU(cudaEventRecord(e0));
+            OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
+            CU(cudaEventRecord(e1));
+            CU(cudaEventSynchronize(e1));
+            float ms;
+            CU(cudaEventElapsedTime(&ms, e0, e1));
+            if (i >= warm) t.push_back(ms);
+        }
+        CU(cudaGetLastError());
+        std::vector<float> o((size_t)B * HQ * D);
+        CU(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+        int nonfinite = 0;
+        for (float v : o) nonfinite += !isfinite(v);
+        const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
+        char heads[48] = "", chunk[32] = "";
+        if (HQ != 32 || H != 8) snprintf(heads, sizeof heads, ", HQ %d / H %d", HQ, H);
+        if (ct) snprintf(chunk, sizeof chunk, ", chunk=%d", ct);
+        printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s%s%s%s)\n",
+               pol.name, D, B, ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, heads,
+               generic ? ", generic kernel" : "", chunk, nonfinite ? ", NON-FINITE OUTPUT" : "");
+        fflush(stdout);
+        if (g_json)
+            fprintf(g_json,
+                    "{\"bench\":\"attn\",\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"batch\":%d,\"ctx\":%d,\"hq\":%d,\"hkv\":%d,"
+                    "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d,"
+                    "\"generic\":%d,\"chunk\":%d}\n",
+                    pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs,
+                    generic ? 1 : 0, ct);
+    };
+    timing(0);
+    for (const char *c = g_chunks; c && *c;) {
+        const int ct = atoi(c);
+        if (ct > 0 && kvq_cuda_layer_force_chunk(L, ct) == KVQ_OK) timing(ct);
+        c = strchr(c, ',');
+        if (c) c++;
     }
-    CU(cudaGetLastError());
-    std::vector<float> o((size_t)B * HQ * D);
-    CU(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
-    int nonfinite = 0;
-    for (float v : o) nonfinite += !isfinite(v);
-    const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
-    char heads[48] = "";
-    if (HQ != 32 || H != 8) snprintf(heads, sizeof heads, ", HQ %d / H %d", HQ, H);
-    printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s%s%s)\n",
-           pol.name, D, B, ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, heads,
-           generic ? ", generic kernel" : "", nonfinite ? ", NON-FINITE OUTPUT" : "");
-    fflush(stdout);
-    if (g_json)
-        fprintf(g_json,
-                "{\"bench\":\"attn\",\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"batch\":%d,\"ctx\":%d,\"hq\":%d,\"hkv\":%d,"
-                "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d,"
-                "\"generic\":%d}\n",
-                pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs,
-                generic ? 1 : 0);
+    if (g_chunks) OK(kvq_cuda_layer_force_chunk(L, 0));
     for (int c = 0; c < copies; c++) {
         CU(cudaFree(pages[c]));
         CU(cudaFree(q[c]));
@@ -326,6 +343,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--generic")) generic = true;
         else if (!strcmp(argv[i], "--policy") && i + 1 < argc) only_pol = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 2 < argc) only_b = atoi(argv[++i]), only_ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunks") && i + 1 < argc) g_chunks = argv[++i];
     }
     if (kvq_cuda_device_count() <= 0) {
         fprintf(stderr, "cuda_attn: no CUDA device\n");

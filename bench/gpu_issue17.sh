@@ -16,18 +16,58 @@
 #        vs new interleaved for tq-mse:2/2 (every shape, REPS times), tq-mse:4/4 new, bench/torch_sdpa.py
 #        (all shapes incl. 1 x 128K, 4 x 128K), Nsight Compute of the tq-mse:2/2 kernel at 16 x 32K
 #        (base, new) and of tq-mse:4/4 (new); details in $OUT/extra.tgz.
+# probe: split-K at small batch (session 11): new built alone; Nsight Compute of the tq-mse:2/2, tq-mse:4/4
+#        and q8 main kernels at 16 x 32K (bench/profile_cuda.sh: sections, executed instructions, cycles;
+#        raw text ncu_*.txt), the kernel durations (prep, main, merge) under ncu at 1 x 32K, 1 x 128K,
+#        4 x 128K, 16 x 32K (kdur.log), the chunk sweep (cuda_attn --chunks) at those shapes (sweep.log),
+#        bench/torch_sdpa.py (in extra.tgz, its "torch" lines in the output).
+# sk:    base and new built in parallel, test_cuda (full) on new, base vs new interleaved (tq-mse:4/4,
+#        tq-mse:2/2, q8; every shape; REPS times, default 2), bench/torch_sdpa.py, the ncu profiles and
+#        kernel durations of probe on new (BASE_NCU=1: the profiles on base too), the chunk sweep on new
+#        (SWEEP=0: none); raw ncu text, build logs in extra.tgz.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
 mkdir -p "$OUT"
 NEW=$PWD BASE=${BASE:-$PWD/../base}
 export PYTHONUNBUFFERED=1
+LOGS=$OUT
+case $MODE in probe|sk) LOGS=/tmp/x; mkdir -p $LOGS ;; esac
 build() { # src dir, build dir, targets...
     local s=$1 b=$2; shift 2
     [ -f "$b/CMakeCache.txt" ] || cmake -S "$s" -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DKVQ_BUILD_TOOLS=OFF > "$OUT/cmake-$(basename "$b").log" 2>&1
-    cmake --build "$b" -j"${J:-16}" --target "$@" >> "$OUT/cmake-$(basename "$b").log" 2>&1 ||
-        { tail -30 "$OUT/cmake-$(basename "$b").log"; return 1; }
+        -DKVQ_BUILD_TOOLS=OFF > "$LOGS/cmake-$(basename "$b").log" 2>&1
+    cmake --build "$b" -j"${J:-16}" --target "$@" >> "$LOGS/cmake-$(basename "$b").log" 2>&1 ||
+        { tail -30 "$LOGS/cmake-$(basename "$b").log"; return 1; }
+}
+# ncu of the main kernels at 16 x 32K (build dir, tag), raw text to $OUT/ncu_<pol><tag>.txt
+profiles() {
+    for pol in tq-mse:2/2 tq-mse:4/4 q8; do
+        local n; n=$(echo "$pol" | tr -d ':/-' | sed 's/tqmse/tq/')$2
+        mkdir -p /tmp/x/$n && timeout 120 bash bench/profile_cuda.sh "$1" /tmp/x/$n "$pol" > /tmp/x/$n/sum.txt 2>&1
+        cp /tmp/x/$n/ncu.txt "${PROF_OUT:-$OUT}/ncu_$n.txt"
+        echo "== $n"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occ|No Eligible|L1/TEX Hit|Memory Throughput|inst_executed|inst_issued|cycles_elapsed|dram__bytes|ERROR" /tmp/x/$n/ncu.txt | head -20
+    done
+}
+# the chunk sweep (cuda_attn --chunks) at the small shapes, 16 x 32K, 16 x 4K and 64 x 4K, into $OUT/sweep.log
+sweep() {
+    CH=16,32,48,64,96,128,160,192,256,320,384,512
+    for sh in "1 32768" "1 131072" "4 131072" "4 32768" "16 32768" "16 4096" "64 4096"; do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            "$1/cuda_attn" --no-encode --policy "$pol" --shape $sh --runs 30 --chunks $CH 2>&1 | grep -E "B=" >> "$OUT/sweep.log"
+        done
+    done
+}
+# kernel durations under ncu (prep, main, window, merge; 2 steps after warm-up) at the small shapes
+kdur() {
+    for sh in "1 32768" "1 131072" "4 131072" "16 32768"; do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            echo "== $pol $sh"
+            timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size \
+                -k 'regex:prep_kernel|attn_kernel|merge_q_kernel' -s 15 -c 6 "$1/cuda_attn" --no-encode \
+                --policy "$pol" --shape $sh --runs 3 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time_duration|launch__grid_size|ERROR"
+        done
+    done
 }
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv; nvcc --version | tail -1
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
@@ -138,4 +178,52 @@ if [ "$MODE" = w2 ]; then
     grep -E "B=(1|16) .*ctx=(32768|131072)|B=4 .*ctx=131072" "$OUT/ab.log" | head -24
     grep -E "torch" "$OUT/torch_sdpa.txt" | tail -12
     cat "$OUT/ncu_summary.txt"
+fi
+if [ "$MODE" = probe ]; then
+    t0=$(date +%s)
+    build "$NEW" /tmp/b cuda_attn || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"; ncu --version | tail -1
+    profiles /tmp/b "" 2>&1 | tee "$OUT/ncu_summary.txt"
+    echo "ncu: $(( $(date +%s) - t0 )) s"
+    kdur /tmp/b > "$OUT/kdur.log" 2>&1
+    echo "kdur: $(( $(date +%s) - t0 )) s"
+    sweep /tmp/b
+    echo "sweep: $(( $(date +%s) - t0 )) s"
+    timeout 150 python3 bench/torch_sdpa.py --runs 30 > /tmp/x/torch_sdpa.txt 2>&1; grep -E "^torch" /tmp/x/torch_sdpa.txt
+    echo "sdpa: $(( $(date +%s) - t0 )) s"
+    for f in /tmp/b/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq2.cu.o /tmp/b/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq4.cu.o \
+             /tmp/b/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_q8.cu.o; do cuobjdump -sass "$f" > /tmp/x/$(basename "$f").sass 2>&1; done
+    tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
+    grep -E "B=  1 ctx=131072|B=  4 ctx=131072" "$OUT/sweep.log" | head -60
+    cat "$OUT/ncu_summary.txt" | head -60
+fi
+if [ "$MODE" = sk ]; then
+    t0=$(date +%s)
+    ( J=8 build "$BASE" /tmp/bb cuda_attn ) & ( J=8 build "$NEW" /tmp/b test_cuda cuda_attn ) & wait
+    [ -x /tmp/b/test_cuda ] && [ -x /tmp/bb/cuda_attn ] && [ -x /tmp/b/cuda_attn ] || { echo "build failed"; exit 1; }
+    echo "build: $(( $(date +%s) - t0 )) s"
+    timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+    grep -E "FAIL|checks|rc |chunk" "$OUT/test_cuda.log" | head -30
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for r in $(seq "${REPS:-2}"); do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            for v in base new; do
+                b=/tmp/b; [ $v = base ] && b=/tmp/bb
+                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
+            done
+        done
+    done
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    timeout 150 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
+    echo "sdpa: $(( $(date +%s) - t0 )) s"
+    export PROF_OUT=/tmp/x  # raw ncu text in extra.tgz (at most 8 files come back)
+    { profiles /tmp/b ""; [ "${BASE_NCU:-0}" = 1 ] && profiles /tmp/bb _base; } > "$OUT/ncu_summary.txt" 2>&1
+    kdur /tmp/b > "$OUT/kdur.log" 2>&1
+    echo "ncu: $(( $(date +%s) - t0 )) s"
+    [ "${SWEEP:-1}" = 1 ] && sweep /tmp/b
+    echo "sweep: $(( $(date +%s) - t0 )) s"
+    tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
+    grep -E "ctx=(32768|131072)" "$OUT/ab.log" | grep -E "B=  1|B=  4|B= 16" | head -40
+    grep -E "^torch" "$OUT/torch_sdpa.txt" | tail -12
+    head -40 "$OUT/ncu_summary.txt"
 fi

@@ -3,6 +3,10 @@
 # Compute sections (speed of light, occupancy, warp stalls, memory) of one
 # main-pass launch and an instruction histogram of its SASS.
 # Usage: bench/profile_cuda.sh BUILD_DIR OUT_DIR [POLICY [B CTX]]
+# BUILD_DIR absolute or relative to the current directory (it was prefixed with ./, so an absolute
+# /tmp/b named .//tmp/b: ncu found no program and the profile of session 9 wrote nothing).
+# Besides the sections: executed warp instructions (smsp__inst_executed.sum) and cycles, for
+# instructions per 16-token tile (docs/CUDA.md, "Instruction budget").
 B=$1
 O=$2
 POL=${3:-tq-mse:4/4}
@@ -10,8 +14,13 @@ SB=${4:-16}
 SC=${5:-32768}
 ncu --clock-control none -k regex:attn_kernel -s 5 -c 1 --section SpeedOfLight --section Occupancy \
   --section WarpStateStats --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis \
-  --section ComputeWorkloadAnalysis ./$B/cuda_attn --no-encode --policy "$POL" --shape $SB $SC --runs 8 >"$O/ncu.txt" 2>&1
-grep -E "attn_kernel|Duration|Throughput|Warp Cycles|Stall|Achieved|Registers|Block Limit|Issued|Eligible|Active Warps|Theoretical|Shared Memory Configuration|Executed Ipc|Issue Slots|Pipe" "$O/ncu.txt" | head -70
+  --section ComputeWorkloadAnalysis --metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__inst_issued.sum,dram__bytes_read.sum \
+  "$B/cuda_attn" --no-encode --policy "$POL" --shape $SB $SC --runs 8 >"$O/ncu.txt" 2>&1
+# no result (an unknown metric, the counters refused): once more with the sections alone, all processes
+grep -q "Duration" "$O/ncu.txt" || ncu --clock-control none --target-processes all -k regex:attn_kernel -s 5 -c 1 \
+  --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis --section Occupancy \
+  "$B/cuda_attn" --no-encode --policy "$POL" --shape $SB $SC --runs 8 >>"$O/ncu.txt" 2>&1
+grep -E "attn_kernel|Duration|Throughput|Warp Cycles|Stall|Achieved|Registers|Block Limit|Issued|Eligible|Active Warps|Theoretical|Shared Memory Configuration|Executed Ipc|Issue Slots|Pipe|inst_|cycles_elapsed|bytes_read|==PROF==|==ERROR==|==WARNING==" "$O/ncu.txt" | head -80
 OBJ=$(ls $B/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq4.cu.o 2>/dev/null)
 # the wide-table kernel (one 4-bit table for K and V; attn_kernel_w4.cuh)
 FN=_ZN4kvqa14attn_kernel_w4ILi0EEEvNS_10AttnParamsE

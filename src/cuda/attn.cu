@@ -389,12 +389,14 @@ struct PrepParams {
     float rs;
 };
 
-/* In-place Walsh-Hadamard transform of DD values in shared memory, one thread per value. */
-template <int DD> __device__ __forceinline__ void fwht_block(float *y, int c) {
+/* In-place Walsh-Hadamard transform of DD values in shared memory, one thread per value (c); every
+ * thread of the block calls it, those with on == false (the merge's other slices) only for the
+ * barriers. */
+template <int DD> __device__ __forceinline__ void fwht_block(float *y, int c, bool on = true) {
     for (int h = 1; h < DD; h <<= 1) {
         __syncthreads();
         float a = 0, b = 0;
-        const bool lo = !(c & h);
+        const bool lo = on && !(c & h);
         if (lo) a = y[c], b = y[c + h];
         __syncthreads();
         if (lo) y[c] = a + b, y[c + h] = a - b;
@@ -472,70 +474,102 @@ struct MergeParams {
     int vnh;
 };
 
-/* The merge with one block per query head (DD threads, one per coordinate; was one block of
- * 256 threads per group of 8 heads with 4 threads forming the weights: 11.3 us at 16 x 32K,
- * latency of dependent loads): the chunks' (m, l) in parallel into shared memory, every
- * thread forms the weights itself (same order of sums), its coordinate's accumulators,
- * the inverse rotation by fwht_block (or the dense transpose). */
-template <int DD> __global__ void __launch_bounds__(DD) merge_q_kernel(MergeParams mp) {
+/* The merge, one block per query head of MSL x DD threads (issue 17, session 11): slice g of DD
+ * threads (one per coordinate) sums the accumulators of chunks g, g + MSL, ...; the chunks' (m, l)
+ * are loaded, maxed, weighted (w = 2^(m - M)) and summed by all threads at once, once per chunk
+ * (block reductions), the weights kept in shared memory. Was one block of DD threads in which every
+ * thread walked all chunks three times serially (the max, l, the accumulators, 2^x twice per
+ * chunk): 12.3 us at 1 x 32K / 128K with 32 chunks, + 0.23 us per chunk (Nsight Compute, H200,
+ * docs/RESULTS.md "Split-K at small batch"), 20-34% of the step at batch 1. Then the slices'
+ * sums, the inverse rotation by fwht_block (or the dense transpose) on the first DD threads.
+ * MSL = 4 slices from MERGE_SLICE_CHUNKS chunks on, else 1 (four slices of 1-2 chunks made the
+ * merge of 64 x 4K, 2048 blocks, 14% of the step slower). */
+constexpr int MERGE_SLICE_CHUNKS = 8;
+static int merge_slices(int nchunk) { return nchunk >= MERGE_SLICE_CHUNKS ? 4 : 1; }
+template <int DD, int MSL> __global__ void __launch_bounds__(DD * MSL) merge_q_kernel(MergeParams mp) {
+    constexpr int NT = DD * MSL, NWM = NT / 32;
     extern __shared__ float msm[];
-    kvqa::pdl_wait(); /* the partial states of the previous kernels */
     const int s = blockIdx.y, hq = blockIdx.x, h = hq / mp.G, qi = hq - h * mp.G, qg = qi / QPB, q = qi - qg * QPB;
-    const int NC = mp.nchunk + 1, c = threadIdx.x, SFd = mp.sf;
-    float *ms = msm, *ls = ms + NC, *y = ls + NC, *yw = y + DD;
+    const int NC = mp.nchunk + 1, t = threadIdx.x, c = t % DD, g = t / DD, SFd = mp.sf;
+    const int lane = t & 31, wid = t >> 5;
+    const bool on = t < DD; /* the first DD threads: the sum of the slices, the rotation, the output */
+    float *ws = msm, *ls = ws + NC, *red = ls + NC, *y = red + 2 * NWM, *yw = y + DD, *ya = yw + DD;
+    /* before the wait: what no kernel of this step writes (the lengths, written before prep started,
+     * which the main pass and this launch follow; the V rotation's signs) */
     const int len = mp.main_len[s];
-    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const bool win = mp.win_len && mp.win_len[s] > 0;
+    const int th = h % mp.tabh; /* the KV head's rotation */
+    float sg1 = 0.f, sg2 = 0.f;
+    if (mp.rot == 1 && on) sg1 = mp.signs[(size_t)th * 2 * DD + c], sg2 = mp.signs[(size_t)th * 2 * DD + DD + c];
+    kvqa::pdl_wait(); /* the partial states of the previous kernels */
+    const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SFd;
     /* calibrated K: the main chunks' scores lack q . mean, the window's hold it */
     const float qc = mp.qconst ? mp.qconst[(size_t)s * mp.HQ + hq] : 0.f;
-    for (int ch = c; ch < NC; ch += DD) {
+    float mx = -INFINITY;
+    for (int ch = t; ch < NC; ch += NT) {
         const bool used = ch < nused || (ch == mp.nchunk && win);
-        ms[ch] = used ? base[(size_t)ch * SFd + q] + (ch < mp.nchunk ? qc : 0.f) : -INFINITY;
+        const float m = used ? base[(size_t)ch * SFd + q] + (ch < mp.nchunk ? qc : 0.f) : -INFINITY;
+        ws[ch] = m;
         ls[ch] = used ? base[(size_t)ch * SFd + QPB + q] : 0.f;
+        mx = fmaxf(mx, m);
     }
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[wid] = mx;
     __syncthreads();
     float M = -INFINITY;
-    for (int ch = 0; ch < NC; ch++) M = fmaxf(M, ms[ch]);
-    float L = 0.f, Lm = 0.f, acc = 0.f, accw = 0.f;
-    for (int ch = 0; ch < NC; ch++) {
-        const float m = ms[ch];
+    for (int i = 0; i < NWM; i++) M = fmaxf(M, red[i]);
+    float lm = 0.f; /* the main chunks' share of l (W_main) */
+    for (int ch = t; ch < NC; ch += NT) {
+        const float m = ws[ch];
         const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        if (w != 0.f) L += w * ls[ch];
-        if (ch == mp.nchunk - 1) Lm = L; /* the main chunks' share (W_main) */
+        ws[ch] = w;
+        if (w != 0.f && ch < mp.nchunk) lm += w * ls[ch];
     }
-#pragma unroll 4
-    for (int ch = 0; ch < nused; ch++) {
-        const float m = ms[ch];
-        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+    for (int o = 16; o; o >>= 1) lm += __shfl_xor_sync(0xffffffffu, lm, o);
+    if (lane == 0) red[NWM + wid] = lm;
+    __syncthreads();
+    float Lm = 0.f;
+    for (int i = 0; i < NWM; i++) Lm += red[NWM + i];
+    const float wwin = win ? ws[mp.nchunk] : 0.f;
+    const float L = Lm + (wwin != 0.f ? wwin * ls[mp.nchunk] : 0.f);
+    float acc = 0.f;
+#pragma unroll 8
+    for (int ch = g; ch < nused; ch += MSL) {
+        const float w = ws[ch];
         const float v = base[(size_t)ch * SFd + 2 * QPB + q * DD + c]; /* a used chunk's state is written */
         if (w != 0.f) acc += w * v;
     }
-    if (win) {
-        const float m = ms[mp.nchunk];
-        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
-        if (w != 0.f) accw = w * base[(size_t)mp.nchunk * SFd + 2 * QPB + q * DD + c];
+    ya[g * DD + c] = acc;
+    __syncthreads();
+    float r = 0.f;
+    if (on) {
+        for (int i = 0; i < MSL; i++) r += ya[i * DD + c];
+        y[c] = r;
+        yw[c] = wwin != 0.f ? wwin * base[(size_t)mp.nchunk * SFd + 2 * QPB + q * DD + c] : 0.f;
     }
-    y[c] = acc;
-    yw[c] = accw;
-    float r = acc;
-    const int th = h % mp.tabh; /* the KV head's rotation */
     if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
-        const float *signs = mp.signs + (size_t)th * 2 * DD;
-        fwht_block<DD>(y, c);
-        y[c] *= signs[DD + c] * mp.rs;
-        fwht_block<DD>(y, c);
-        y[c] *= signs[c] * mp.rs;
+        fwht_block<DD>(y, c, on);
+        if (on) y[c] *= sg2 * mp.rs;
+        fwht_block<DD>(y, c, on);
+        if (on) y[c] *= sg1 * mp.rs;
         r = y[c];
     } else if (mp.rot == 2) { /* x = Q^T y */
         __syncthreads();
-        r = matvec_row<DD>(mp.Qt + (size_t)th * DD * DD, y, c);
+        if (on) r = matvec_row<DD>(mp.Qt + (size_t)th * DD * DD, y, c);
     }
+    if (!on) return;
     if (mp.vcal) { /* calibrated V: sum w (v - mean) = (unrotated acc) / a, plus W_main mean */
         const float *mu = mp.vcal + (size_t)(h % mp.vnh) * 4 * DD;
         r = r * mu[3 * DD + c] + Lm * mu[c];
     }
     mp.out[((size_t)s * mp.HQ + hq) * DD + c] = L > 0 ? (r + yw[c]) / L : 0.f;
+}
+/* Dynamic shared memory of the merge for nchunk main chunks (weights and l of nchunk + 1 chunks,
+ * the reductions, y, yw, the slices' sums). */
+static size_t merge_smem(int d, int nchunk) {
+    const int msl = merge_slices(nchunk);
+    return (size_t)(2 * (nchunk + 1) + 2 * (d * msl / 32) + (2 + msl) * d) * sizeof(float);
 }
 
 /* prep and merge at the head dims of the backend's attention */
@@ -550,13 +584,16 @@ static int launch_prep(int d, dim3 grid, cudaStream_t st, const PrepParams &pp) 
     }
     return kvq_cuda_status(cudaGetLastError());
 }
+template <int DD, int MSL> static int launch_merge_k(dim3 grid, size_t msm, cudaStream_t st, bool pdl, const MergeParams &mp) {
+    if (msm > 48 * 1024)
+        KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel<DD, MSL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm));
+    return kvqa::launch_kernel(merge_q_kernel<DD, MSL>, grid, dim3(DD * MSL), msm, st, pdl, mp);
+}
 static int launch_merge(int d, dim3 grid, size_t msm, cudaStream_t st, bool pdl, const MergeParams &mp) {
+    const bool sliced = merge_slices(mp.nchunk) == 4;
     switch (d) {
-#define KVQ_MERGE_CASE(DD)                                                                                       \
-    case DD:                                                                                                     \
-        if (msm > 48 * 1024)                                                                                     \
-            KVQ_CU_TRY(cudaFuncSetAttribute(merge_q_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msm)); \
-        return kvqa::launch_kernel(merge_q_kernel<DD>, grid, dim3(DD), msm, st, pdl, mp);
+#define KVQ_MERGE_CASE(DD) \
+    case DD: return sliced ? launch_merge_k<DD, 4>(grid, msm, st, pdl, mp) : launch_merge_k<DD, 1>(grid, msm, st, pdl, mp);
         KVQ_ATTN_DIMS(KVQ_MERGE_CASE)
 #undef KVQ_MERGE_CASE
     }
@@ -568,7 +605,8 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
     const int tiles = (max_main_len + 15) / 16;
     const long long items = (long long)n_seq * L->H * L->QG;
     if (L->force_ct > 0) return L->force_ct;
-    return kvqa::chunk_tiles(tiles, items, L->sms * L->occ, L->nw, L->wide);
+    if (L->gen) return kvqa::chunk_tiles_waves(tiles, items, L->sms * L->occ, L->nw);
+    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide);
 }
 
 /* Floats of a prepared query: the rotated query (d), then S q~ (m) for QJL keys; at least 2d (the
@@ -771,8 +809,8 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.qconst = L->k->cal ? qconst : NULL;
     mp.vcal = L->v->cal;
     mp.vnh = L->v->nh;
-    /* one block of d threads per query head; a programmatic dependent of the main pass (or
+    /* one block of merge_slices(nchunk) x d threads per query head; a programmatic dependent of the main pass (or
      * the window pass) where the device takes it: its launch overlaps their end */
-    const size_t msm = (size_t)(2 * (nchunk + 1) + 2 * L->d) * sizeof(float);
+    const size_t msm = merge_smem(L->d, nchunk);
     return launch_merge(L->d, dim3(L->HQ, b->n_seq), msm, st, L->pdl, mp);
 }

@@ -13,6 +13,7 @@
 
 #include "attn_kernel.cuh"
 #include "attn_kernel_w4.cuh"
+#include "attn_split.h"
 
 namespace kvqa {
 
@@ -77,38 +78,23 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
  * kernel: two per lane). */
 inline int max_tiles_per_warp(bool wide) { return wide ? WTraits::TPW : 32; }
 
-/* Split-K: the tiles per chunk of the main pass (a multiple of the nw warps per block) for
- * `tiles` 16-token tiles of the longest sequence and `items` (sequence, KV head, query group)
- * work items, with `slots` resident blocks on the device (SMs x blocks per SM).
- * Classic kernels: about WAVES = 2 waves of blocks (2 rather than 8 waves: tq-mse:4/4 at 16 x
- * 32K 12% faster on the H200, 4 x 32K 1.75x: fewer LUT builds and partial states per tile; 3
- * and 4 waves were slower, docs/RESULTS.md), at least 4 tiles per warp (amortises the LUT build
- * and the pipeline fill). The wide-table kernel: the chunking with the least estimated time,
- * waves x (tiles per warp + C0), C0 = 8 tiles per warp of fixed cost per block (64 KiB table,
- * pipeline fill, block merge: fewer, longer blocks were faster, 16 x 32K 183 -> 170 us). */
-inline int chunk_tiles(int tiles, long long items, int slots, int nw, bool wide) {
-    constexpr int WAVES = 2, C0 = 8;
+/* Split-K of the tensor-core kernels: attn_split.h (the cost model, measured). */
+inline int chunk_tiles(int tiles, long long items, int sms, int nw, bool wide) {
+    return split_chunk_tiles(tiles, items, sms, nw, max_tiles_per_warp(wide));
+}
+
+/* The former rule, kept for the generic kernel (f32, bound by its arithmetic, not measured with the
+ * new rule): about 2 waves of resident blocks (`slots` = SMs x blocks per SM), at least 4 tiles per
+ * warp, at most 32. */
+inline int chunk_tiles_waves(int tiles, long long items, int slots, int nw) {
+    constexpr int WAVES = 2;
     const long long target = (long long)WAVES * slots;
     long long want = (target + items - 1) / items;
     if (want < 1) want = 1;
     int ct = (int)((tiles + want - 1) / want);
-    const int tpw = max_tiles_per_warp(wide);
     if (ct < 4 * nw) ct = 4 * nw;
-    if (ct > tpw * nw) ct = tpw * nw;
-    ct = ((ct + nw - 1) / nw) * nw;
-    if (wide && tiles > 0) {
-        long long best = -1;
-        const int nmax = tiles / (4 * nw) > 1 ? tiles / (4 * nw) : 1;
-        for (int n = 1; n <= nmax; n++) {
-            int c = (tiles + n - 1) / n;
-            c = ((c + nw - 1) / nw) * nw;
-            if (c > tpw * nw || (n > 1 && c < 4 * nw)) continue;
-            const long long blocks = items * ((tiles + c - 1) / c);
-            const long long cost = ((blocks + slots - 1) / slots) * (c / nw + C0);
-            if (best < 0 || cost < best) best = cost, ct = c;
-        }
-    }
-    return ct;
+    if (ct > 32 * nw) ct = 32 * nw;
+    return ((ct + nw - 1) / nw) * nw;
 }
 
 } /* namespace kvqa */

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "attn_kernel_gen.cuh"
+#include "attn_split.h"
 #include "attn_traits.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
@@ -413,7 +414,40 @@ template <int DD> static void host_check_gen_dim(void) {
     EXPECT(n == (int)(sizeof specs / sizeof *specs), "d=%d: %d of the generic decoder's specs made plans", DD, n);
 }
 
+/* The split-K rule (attn_split.h), on the host: every chunking is a multiple of the block's warps,
+ * within 4..tpw_max tiles a warp, covers the tiles in at most ceil(tiles / (4 nw)) chunks (the
+ * workspace bound of kvq_cuda_attend_workspace_bytes); and the H200 picks (132 SMs) that the
+ * forced-chunk sweep of session 11 measured best. */
+static void host_check_split(void) {
+    const int nws[2] = {4, 8}, tpws[2] = {32, 64};
+    for (int tiles : {1, 7, 31, 32, 33, 100, 257, 1000, 2048, 4097, 8192, 65536})
+        for (long long items : {1LL, 3LL, 8LL, 32LL, 128LL, 512LL, 4096LL})
+            for (int sms : {1, 7, 132})
+                for (int a = 0; a < 2; a++)
+                    for (int b = 0; b < 2; b++) {
+                        const int nw = nws[a], tpw = tpws[b];
+                        const int c = kvqa::split_chunk_tiles(tiles, items, sms, nw, tpw);
+                        const int nch = (tiles + c - 1) / c, nbound = (tiles + 4 * nw - 1) / (4 * nw);
+                        EXPECT(c % nw == 0 && c >= 4 * nw && c <= tpw * nw && nch <= nbound,
+                               "split tiles=%d items=%lld sms=%d nw=%d: chunk %d", tiles, items, sms, nw, c);
+                    }
+    /* (tiles of the longest sequence, items = batch x 8 KV heads, warps, tiles a warp) -> the
+     * sweep's best: tq-mse:4/4 (wide, 8 warps, 64), tq-mse:2/2 (8, 32), q8 (4, 32) */
+    const struct {
+        int tiles, items, nw, tpw, want;
+    } picks[] = {{2048, 8, 8, 64, 128},   {2048, 8, 8, 32, 128},    {8192, 8, 8, 32, 256},
+                 {8192, 8, 4, 32, 128},   {8192, 32, 8, 64, 512},   {8192, 32, 8, 32, 256},
+                 {2048, 32, 8, 32, 256},  {2048, 32, 4, 32, 128},   {2048, 128, 8, 64, 512},
+                 {2048, 128, 8, 32, 256}, {2048, 128, 4, 32, 128}};
+    for (auto &k : picks) {
+        const int c = kvqa::split_chunk_tiles(k.tiles, k.items, 132, k.nw, k.tpw);
+        EXPECT(c == k.want, "split H200 tiles=%d items=%d nw=%d: chunk %d, measured best %d", k.tiles, k.items,
+               k.nw, c, k.want);
+    }
+}
+
 static void host_checks(void) {
+    host_check_split();
     /* swizzles are permutations inside a tile */
     {
         const int Rs[5] = {32, 64, 128, 256, 512};
@@ -1155,6 +1189,16 @@ static void test_attention(bool quick) {
      * 2-bit byte table, KTQ2X / VTQ2X) */
     AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
     run_attn_case(gauss2, 9003, true);
+    /* the merge's chunk slices and block reductions (attn.cu, merge_q_kernel): many short chunks
+     * forced (2 tiles per warp on the wide-table kernel: 79 chunks; 1 per warp on q8: 141, with the
+     * window), and at d = 32 more chunks (141) than the merge block's 4 x 32 threads */
+    AttnCase m79 = {"tq-mse:4", "tq-mse:4", 2, 8, 128, 0, {20000, 300}, {}, 16};
+    run_attn_case(m79, 9004, true);
+    AttnCase m141 = {"q8", "q8", 2, 8, 128, 32, {9000, 17}, {3, 32}, 4};
+    run_attn_case(m141, 9005, true);
+    AttnCase m32 = {"tq-mse:4", "tq-mse:4", 1, 4, 64, 32, {9000, 100}, {5, 0}, 4};
+    m32.d = 32;
+    run_attn_case(m32, 9006, true);
 }
 
 /* Calibrated plans (+center, +chscale; docs/CUDA.md "Calibrated plans"): K and V rows with a mean and
