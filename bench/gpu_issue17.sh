@@ -25,6 +25,11 @@
 #        tq-mse:2/2, q8; every shape; REPS times, default 2), bench/torch_sdpa.py, the ncu profiles and
 #        kernel durations of probe on new (BASE_NCU=1: the profiles on base too), the chunk sweep on new
 #        (SWEEP=0: none); raw ncu text, build logs in extra.tgz.
+# table: (session 12) base (cuda_attn) and new (test_cuda, cuda_attn, the shared libraries) built in parallel, test_cuda
+#        (full) on new, base vs new interleaved (tq-mse:4/4, tq-mse:2/2, q8; every shape; REPS times, default 1),
+#        new alone for the other rows (tq-mse:4/2, tq-mse:3/3, rvq:2/2, tq-prod:3/tq-mse:2, f16),
+#        bench/torch_sdpa.py (every shape) in the same call.
+# prof:  (after table, same machine) ncu profiles and kernel durations of probe on /tmp/b, the PyTorch tests.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -226,4 +231,41 @@ if [ "$MODE" = sk ]; then
     grep -E "ctx=(32768|131072)" "$OUT/ab.log" | grep -E "B=  1|B=  4|B= 16" | head -40
     grep -E "^torch" "$OUT/torch_sdpa.txt" | tail -12
     head -40 "$OUT/ncu_summary.txt"
+fi
+if [ "$MODE" = table ]; then
+    t0=$(date +%s)
+    ( J=6 build "$BASE" /tmp/bb cuda_attn ) & ( J=10 build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared ) & wait
+    [ -x /tmp/b/test_cuda ] && [ -x /tmp/bb/cuda_attn ] && [ -x /tmp/b/cuda_attn ] || { echo "build failed"; exit 1; }
+    echo "build: $(( $(date +%s) - t0 )) s"
+    timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | head -20
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for r in $(seq "${REPS:-1}"); do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            for v in base new; do
+                b=/tmp/b; [ $v = base ] && b=/tmp/bb
+                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
+            done
+        done
+    done
+    for pol in tq-mse:4/2 tq-mse:3/3 rvq:2/2 tq-prod:3/tq-mse:2 f16; do
+        /tmp/b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|copy" | sed "s/^/new /" >> "$OUT/rest.log"
+    done
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    timeout 150 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
+    echo "sdpa: $(( $(date +%s) - t0 )) s"
+fi
+if [ "$MODE" = prof ]; then
+    t0=$(date +%s)
+    [ -x /tmp/b/cuda_attn ] || build "$NEW" /tmp/b cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    mkdir -p /tmp/x; export PROF_OUT=/tmp/x
+    profiles /tmp/b "" > "$OUT/ncu_summary.txt" 2>&1
+    kdur /tmp/b > "$OUT/kdur.log" 2>&1
+    echo "ncu: $(( $(date +%s) - t0 )) s"
+    LD_LIBRARY_PATH=/tmp/b KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout 200 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"; tail -3 "$OUT/pytest_torch.log"
+    tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
+    echo "all: $(( $(date +%s) - t0 )) s"
+    head -60 "$OUT/ncu_summary.txt"
 fi
