@@ -29,7 +29,8 @@
 #        (full) on new, base vs new interleaved (tq-mse:4/4, tq-mse:2/2, q8; every shape; REPS times, default 1),
 #        new alone for the other rows (tq-mse:4/2, tq-mse:3/3, rvq:2/2, tq-prod:3/tq-mse:2, f16),
 #        bench/torch_sdpa.py (every shape) in the same call.
-# prof:  (after table, same machine) ncu profiles and kernel durations of probe on /tmp/b, the PyTorch tests.
+# prof:  (after table, same machine) ncu profiles and kernel durations of probe on /tmp/b, the chunk sweep (SWEEP=1),
+#        the PyTorch tests.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -262,6 +263,7 @@ if [ "$MODE" = prof ]; then
     profiles /tmp/b "" > "$OUT/ncu_summary.txt" 2>&1
     kdur /tmp/b > "$OUT/kdur.log" 2>&1
     echo "ncu: $(( $(date +%s) - t0 )) s"
+    [ "${SWEEP:-0}" = 1 ] && sweep /tmp/b && echo "sweep: $(( $(date +%s) - t0 )) s"
     LD_LIBRARY_PATH=/tmp/b KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout 200 python3 -m pytest -q -x -p no:cacheprovider \
         tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
     echo "pytest rc $?" >> "$OUT/pytest_torch.log"; tail -3 "$OUT/pytest_torch.log"
