@@ -75,6 +75,20 @@ kdur() {
         done
     done
 }
+# test_cuda (full) on /tmp/b, then base (/tmp/bb) vs new interleaved for tq-mse:4/4, tq-mse:2/2, q8 ($1 times)
+test_and_ab() {
+    timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+    grep -E "FAIL|checks|rc |chunk" "$OUT/test_cuda.log" | head -30
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for r in $(seq "$1"); do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            for v in base new; do
+                b=/tmp/b; [ $v = base ] && b=/tmp/bb
+                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
+            done
+        done
+    done
+}
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv; nvcc --version | tail -1
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   git -C "$NEW" log -1 --format=%h 2>/dev/null; } > "$OUT/env.txt" 2>&1
@@ -208,17 +222,7 @@ if [ "$MODE" = sk ]; then
     ( J=8 build "$BASE" /tmp/bb cuda_attn ) & ( J=8 build "$NEW" /tmp/b test_cuda cuda_attn ) & wait
     [ -x /tmp/b/test_cuda ] && [ -x /tmp/bb/cuda_attn ] && [ -x /tmp/b/cuda_attn ] || { echo "build failed"; exit 1; }
     echo "build: $(( $(date +%s) - t0 )) s"
-    timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
-    grep -E "FAIL|checks|rc |chunk" "$OUT/test_cuda.log" | head -30
-    echo "tests: $(( $(date +%s) - t0 )) s"
-    for r in $(seq "${REPS:-2}"); do
-        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
-            for v in base new; do
-                b=/tmp/b; [ $v = base ] && b=/tmp/bb
-                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
-            done
-        done
-    done
+    test_and_ab "${REPS:-2}"
     echo "bench: $(( $(date +%s) - t0 )) s"
     timeout 150 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
     echo "sdpa: $(( $(date +%s) - t0 )) s"
@@ -238,17 +242,7 @@ if [ "$MODE" = table ]; then
     ( J=6 build "$BASE" /tmp/bb cuda_attn ) & ( J=10 build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared ) & wait
     [ -x /tmp/b/test_cuda ] && [ -x /tmp/bb/cuda_attn ] && [ -x /tmp/b/cuda_attn ] || { echo "build failed"; exit 1; }
     echo "build: $(( $(date +%s) - t0 )) s"
-    timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
-    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | head -20
-    echo "tests: $(( $(date +%s) - t0 )) s"
-    for r in $(seq "${REPS:-1}"); do
-        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
-            for v in base new; do
-                b=/tmp/b; [ $v = base ] && b=/tmp/bb
-                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
-            done
-        done
-    done
+    test_and_ab "${REPS:-1}"
     for pol in tq-mse:4/2 tq-mse:3/3 rvq:2/2 tq-prod:3/tq-mse:2 f16; do
         /tmp/b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|copy" | sed "s/^/new /" >> "$OUT/rest.log"
     done
