@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 16, session 11: kvq's weight codecs against Q4_K / Q3_K (and Q5_K, Q6_K,
+# IQ4_NL, Q4_0) on the matrices where the K-types really apply: those whose rows
+# (ne[0], the input dimension) are a multiple of 256.
+#   SmolLM2-135M (n_embd 576):  ffn_down (1536 wide)                  30 matrices
+#   Gemma 3 270M (n_embd 640):  ffn_down (2048), attn_output (1024)   36 matrices
+# Every other tensor is the source's, in every row.
+# GGUF rows: llama-quantize --pure files (bench/anchors/weights.sh quantize), of
+# which only those matrices are taken (bench/anchors/splice.py) into a copy of the
+# source; run by kvq's engine with --test-model.
+# kvq rows: --weights SPEC with --keep naming every other tensor, so only the
+# same matrices are coded.
+# All rows: kvq kld vs the source, f16 cache, ctx 2048, 2 windows of
+# corpora/prose-heldout.txt (the windows of the cache matrix), 2046 positions.
+#   bash bench/results/weights-fair-2026-12-03/run.sh [smollm2|gemma3] [gguf|kvq]
+set -eu
+cd "$(dirname "$0")/../../.."
+OUT=bench/results/weights-fair-2026-12-03
+A=.anchors/weights; F=.anchors/fair
+TYPES=${TYPES:-"Q4_K Q3_K Q5_K Q6_K IQ4_NL Q4_0"}
+SPECS=${SPECS:-"tcq:4+chscale tcq:3+chscale tcq:4 tcq:3 tq-mse:4"}
+mkdir -p "$F"
+for model in ${1:-smollm2 gemma3}; do
+  case $model in
+    smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; SEL=ffn_down
+             KEEP=token_embd,output,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up ;;
+    gemma3)  M=models/gemma-3-270m-q4_k_m.gguf; SEL=ffn_down,attn_output
+             KEEP=token_embd,output,attn_q,attn_k,attn_v,ffn_gate,ffn_up ;;
+  esac
+  K="nice -n 5 ./build/kvq kld -m $M -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json"
+  if [ "${2:-gguf}" = gguf ]; then
+    for t in $TYPES; do
+      r=$OUT/$model-gguf-$t
+      [ -s $r.jsonl ] && continue
+      [ -s $F/$model-$t.gguf ] || python3 bench/anchors/splice.py $M $A/$model-$t.gguf $F/$model-$t.gguf \
+          --tensors $SEL > $OUT/$model-splice-$t.json
+      $K --test-model $F/$model-$t.gguf > $r.jsonl 2> $r.err
+    done
+  fi
+  if [ "${2:-kvq}" = kvq ]; then
+    for w in $SPECS; do
+      r=$OUT/$model-kvq-${w//[:+]/_}
+      [ -s $r.jsonl ] && continue
+      $K --weights $w --keep $KEEP > $r.jsonl 2> $r.err
+    done
+  fi
+done
