@@ -21,6 +21,7 @@ TYPES=${TYPES:-"Q4_K Q3_K Q5_K Q6_K IQ4_NL Q4_0"}
 SPECS=${SPECS:-"tcq:4+chscale tcq:3+chscale tcq:4 tcq:3 tq-mse:4"}
 mkdir -p "$F"
 for model in ${1:-smollm2 gemma3}; do
+  [ "$model" = gemma3-q6k ] && continue
   case $model in
     smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; SEL=ffn_down
              KEEP=token_embd,output,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up ;;
@@ -45,3 +46,18 @@ for model in ${1:-smollm2 gemma3}; do
     done
   fi
 done
+# Gemma 3, what the Q4_K row really changes: 27 of its 36 spliced matrices are the
+# source's own Q4_K, copied bit for bit (splice JSON); only the 9 ffn_down that the
+# source holds as Q6_K (layers 0 1 4 7 10 13 15 16 17) move. kvq coding just those 9:
+#   bash bench/results/weights-fair-2026-12-03/run.sh gemma3-q6k kvq
+if [ "${1:-}" = gemma3-q6k ]; then
+  M=models/gemma-3-270m-q4_k_m.gguf
+  KEEP=token_embd,output,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up
+  for l in 2 3 5 6 8 9 11 12 14; do KEEP=$KEEP,blk.$l.ffn_down; done
+  K="nice -n 5 ./build/kvq kld -m $M -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json"
+  for w in ${SPECS6:-tcq:4 tcq:4+chscale}; do
+    r=$OUT/gemma3q6k-kvq-${w//[:+]/_}
+    [ -s $r.jsonl ] && continue
+    $K --weights $w --keep $KEEP > $r.jsonl 2> $r.err
+  done
+fi
