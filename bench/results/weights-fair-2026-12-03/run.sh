@@ -48,16 +48,33 @@ for model in ${1:-smollm2 gemma3}; do
 done
 # Gemma 3, what the Q4_K row really changes: 27 of its 36 spliced matrices are the
 # source's own Q4_K, copied bit for bit (splice JSON); only the 9 ffn_down that the
-# source holds as Q6_K (layers 0 1 4 7 10 13 15 16 17) move. kvq coding just those 9:
-#   bash bench/results/weights-fair-2026-12-03/run.sh gemma3-q6k kvq
+# source holds as Q6_K (layers 0 1 4 7 10 13 15 16 17) move. The fair rows (session
+# 12): those 9 alone, from a near-lossless source, GGUF and kvq alike:
+#   bash bench/results/weights-fair-2026-12-03/run.sh gemma3-q6k [gguf|kvq]   (both if omitted)
+# GGUF: splice.py --tensors blk.N.ffn_down.weight for the 9 layers (a full name
+# matches only itself), donors the --pure files in .anchors/weights/gemma3-T.gguf.
+# kvq: --keep names every other tensor, the 27 Q4_K matrices included.
+# Outputs gemma3q6k-{gguf,kvq,splice}-*.
 if [ "${1:-}" = gemma3-q6k ]; then
   M=models/gemma-3-270m-q4_k_m.gguf
+  Q6=""; for l in 0 1 4 7 10 13 15 16 17; do Q6=$Q6${Q6:+,}blk.$l.ffn_down.weight; done
   KEEP=token_embd,output,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up
   for l in 2 3 5 6 8 9 11 12 14; do KEEP=$KEEP,blk.$l.ffn_down; done
   K="nice -n 5 ./build/kvq kld -m $M -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json"
-  for w in ${SPECS6:-tcq:4 tcq:4+chscale}; do
-    r=$OUT/gemma3q6k-kvq-${w//[:+]/_}
-    [ -s $r.jsonl ] && continue
-    $K --weights $w --keep $KEEP > $r.jsonl 2> $r.err
-  done
+  if [ "${2:-gguf}" = gguf ]; then
+    for t in ${TYPES6:-Q4_K Q3_K IQ4_NL Q4_0 Q5_K}; do
+      r=$OUT/gemma3q6k-gguf-$t
+      [ -s $r.jsonl ] && continue
+      [ -s $F/gemma3q6k-$t.gguf ] || python3 bench/anchors/splice.py $M $A/gemma3-$t.gguf $F/gemma3q6k-$t.gguf \
+          --tensors $Q6 > $OUT/gemma3q6k-splice-$t.json
+      $K --test-model $F/gemma3q6k-$t.gguf > $r.jsonl 2> $r.err
+    done
+  fi
+  if [ "${2:-kvq}" = kvq ]; then
+    for w in ${SPECS6:-tcq:4 tcq:4+chscale tcq:3 tcq:3+chscale tq-mse:4}; do
+      r=$OUT/gemma3q6k-kvq-${w//[:+]/_}
+      [ -s $r.jsonl ] && continue
+      $K --weights $w --keep $KEEP > $r.jsonl 2> $r.err
+    done
+  fi
 fi
