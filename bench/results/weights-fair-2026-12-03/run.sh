@@ -21,7 +21,7 @@ TYPES=${TYPES:-"Q4_K Q3_K Q5_K Q6_K IQ4_NL Q4_0"}
 SPECS=${SPECS:-"tcq:4+chscale tcq:3+chscale tcq:4 tcq:3 tq-mse:4"}
 mkdir -p "$F"
 for model in ${1:-smollm2 gemma3}; do
-  [ "$model" = gemma3-q6k ] && continue
+  case $model in gemma3-q6k|floor) continue ;; esac
   case $model in
     smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; SEL=ffn_down
              KEEP=token_embd,output,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up ;;
@@ -77,4 +77,30 @@ if [ "${1:-}" = gemma3-q6k ]; then
       $K --weights $w --keep $KEEP > $r.jsonl 2> $r.err
     done
   fi
+fi
+# The SmolLM2 floor (Q4_K, Q5_K, Q6_K all ~0.0077): the same spliced files with
+# float activations in every quantized-weight product (--acts f32, source and
+# test alike), to see whether the int8 activation rounding sets it:
+#   bash bench/results/weights-fair-2026-12-03/run.sh floor        -> floor-smollm2-gguf-T.jsonl
+if [ "${1:-}" = floor ]; then
+  M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+  K="nice -n 5 ./build/kvq kld -m $M -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json --acts f32"
+  for t in ${TYPESF:-Q4_K Q6_K}; do
+    r=$OUT/floor-smollm2-gguf-$t
+    [ -s $r.jsonl ] && continue
+    $K --test-model $F/smollm2-$t.gguf > $r.jsonl 2> $r.err
+  done
+  # and the fair rows' verdicts under float activations: floor-gemma3q6k-{gguf,kvq}-*
+  M=models/gemma-3-270m-q4_k_m.gguf
+  KEEP=token_embd,output,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up
+  for l in 2 3 5 6 8 9 11 12 14; do KEEP=$KEEP,blk.$l.ffn_down; done
+  K="nice -n 5 ./build/kvq kld -m $M -f corpora/prose-heldout.txt --ctx 2048 --chunks 2 --no-layers --json --acts f32"
+  for t in Q4_K Q3_K; do
+    r=$OUT/floor-gemma3q6k-gguf-$t
+    [ -s $r.jsonl ] || $K --test-model $F/gemma3q6k-$t.gguf > $r.jsonl 2> $r.err
+  done
+  for w in tcq:4+chscale tcq:3+chscale tcq:4; do
+    r=$OUT/floor-gemma3q6k-kvq-${w//[:+]/_}
+    [ -s $r.jsonl ] || $K --weights $w --keep $KEEP > $r.jsonl 2> $r.err
+  done
 fi
