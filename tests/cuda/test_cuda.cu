@@ -41,6 +41,7 @@
 using namespace kvqa;
 
 static int g_fail = 0, g_checks = 0, g_debug = 0, g_dbg_lines = 0;
+static bool g_only_tcq = false; /* --tcq: the host checks and the tcq cases only */
 #define EXPECT(cond, ...)                                                   \
     do {                                                                    \
         g_checks++;                                                         \
@@ -803,6 +804,7 @@ static void test_encode_calib(bool quick) {
     for (const char *spec : specs)
         for (int d : dims) {
             if (quick && d != 128) continue;
+            if (g_only_tcq && strncmp(spec, "tcq", 3)) continue;
             for (int H : {1, 3}) {
                 std::vector<HeadDist> hd;
                 for (int h = 0; h < H; h++) hd.push_back(head_dist(r, d));
@@ -1797,6 +1799,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         if (!strcmp(argv[i], "--debug")) g_debug = 1;
+        if (!strcmp(argv[i], "--tcq")) g_only_tcq = true;
     }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
@@ -1807,6 +1810,13 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+    if (g_only_tcq) {
+        test_encode_tcq(quick);
+        test_encode_calib(quick);
+        test_attention_tcq(quick);
+        printf("test_cuda --tcq: %d checks, %d failed\n", g_checks, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_encode(quick);
     test_encode_tcq(quick);
     test_encode_calib(quick);
