@@ -48,7 +48,7 @@ __all__ = [
 
 #: What the CUDA attention kernels serve (docs/CUDA.md "What is served").
 SERVED_ATTENTION = ("head dims 32, 64, 96, 128, 256, f16 or f32 scales; K in f16, q8, tq-mse:1..8, rvq:1..4, "
-                    "tq-prod, qjl; V in f16, q8, tq-mse:1..8, rvq:1..4 (options +norot, +scale=norm, +cb=gauss); "
+                    "tq-prod, qjl, tcq:1..4; V in f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (options +norot, +scale=norm, +cb=gauss); "
                     "the tensor-core kernels at 128 for K tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl (m = d), f16, q8, "
                     "the generic kernel for the rest; each also with +center / +chscale (calibrated plans)")
 

@@ -25,7 +25,8 @@ int kvq_plan_export(const kvq_plan *p, kvq_plan_tables *t) {
         return rc;
     }
     if (p->inner) return KVQ_OK; /* +outliers */
-    if (p->rec.kind < 0 || p->rec.kind >= KVQ_LAY_N_CUDA) return KVQ_OK; /* host-only records */
+    if (p->rec.kind < 0 || (p->rec.kind >= KVQ_LAY_N_CUDA && p->rec.kind != KVQ_LAY_TCQ))
+        return KVQ_OK; /* host-only records (tcq: read by the CUDA backend too) */
     t->kind = p->rec.kind;
     t->bits = p->rec.bits;
     if (t->kind == KVQ_LAY_TQ || t->kind == KVQ_LAY_TQPROD || t->kind == KVQ_LAY_RVQ) {

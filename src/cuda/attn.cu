@@ -98,7 +98,8 @@ static int gen_format(const kvq_cuda_plan *p, int kv, kvqa::GenFmt *F) {
     case KVQ_LAY_F16:
     case KVQ_LAY_Q8:
     case KVQ_LAY_TQ:
-    case KVQ_LAY_RVQ: break;
+    case KVQ_LAY_RVQ:
+    case KVQ_LAY_TCQ: break;
     case KVQ_LAY_TQPROD:
     case KVQ_LAY_QJL:
         if (kv) return KVQ_ERR_NO_DECODE;

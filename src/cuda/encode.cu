@@ -616,6 +616,251 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
     }
 }
 
+/* ---- tcq:k (m_tcq.c, tcq_kernels.c, tcq_dispatch.c) --------------------------
+ * One block of TCQ_NT threads per vector. Warp 0 loads, centres and rotates the row as the
+ * rotated methods do and forms u = (float)(y sqrt(d / |y|^2)) in double; the block runs the
+ * CPU's tail-biting Viterbi passes (tcq_encode_path): per step, thread r of the group loop
+ * forms the J = 2^k candidates C_{t-1}[r + j R] = fma(u - f, u - f, M_{t-1}[.]) in the CPU's
+ * order (__fsub_rn, __fmaf_rn: fmaf on the CPU) and keeps the first least one (j == 0 || v < m),
+ * which is the candidate the CPU's traceback finds (the first j whose cost equals M_t[r]): so
+ * the GPU stores that j (k bit planes, one ballot word per 32 groups) instead of M_t, and
+ * walks the decisions back on one thread. The last step's argmin is the lowest state of least
+ * cost (block reduction with the state as tie-break). Scale: the CPU's double sums (order
+ * differs: the tie note at the top of this file). */
+#define TCQ_L 12
+#define TCQ_NT 256
+#define TCQ_S (1 << TCQ_L)
+#define TCQ_MUL_D 34038481u
+#define TCQ_ADD_D 76625530u
+#define TCQ_INV_SD_D 0.006765875034f
+#define TCQ_BIG_D 1.0e30f
+
+/* tcq_value (tcq_kernels.c): (float)(byte sum - 510) * TCQ_INV_SD, one rounding. */
+__host__ __device__ __forceinline__ float tcq_value_dev(uint32_t s) {
+    const uint32_t h = s * TCQ_MUL_D + TCQ_ADD_D;
+    const int sum = (int)((h & 255u) + ((h >> 8) & 255u) + ((h >> 16) & 255u) + (h >> 24));
+#ifdef __CUDA_ARCH__
+    return __fmul_rn((float)(sum - 510), TCQ_INV_SD_D);
+#else
+    return (float)(sum - 510) * TCQ_INV_SD_D;
+#endif
+}
+
+/* tcq_window (tcq_dispatch.c): the half-width of the second pass's window, 0 for the whole cycle. */
+__device__ __forceinline__ int tcq_window_dev(int k, int T) {
+    const int lk = (TCQ_L + k - 1) / k, w = 4 * lk;
+    return w <= (T - 2) / 2 ? w : (T - 2) / 2 >= lk ? (T - 2) / 2 : 0;
+}
+
+/* Dynamic shared bytes of the tcq encoder at head dim d, k bits: f (S floats), two M rows (R
+ * floats), the decisions (d steps of k R / 32 words). */
+static size_t tcq_smem_bytes(int d, int k) {
+    const size_t R = (size_t)1 << (TCQ_L - k);
+    return 4 * ((size_t)TCQ_S + 2 * R + (size_t)d * k * (R / 32));
+}
+
+/* One Viterbi pass over u[0..T-1] (shared) from start group c (all if c < 0), ending in `end`
+ * (or, end < 0, the least state among those with s & (R-1) == c2, all if c2 < 0); states into st. */
+__device__ void tcq_pass_block(const float *f, const float *u, int T, int k, long c, long end, long c2, float *Ma,
+                               float *Mb, uint32_t *dec, uint32_t *st, float *redv, uint32_t *reds) {
+    const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    const uint32_t R = 1u << (TCQ_L - k), J = 1u << k, WPS = (uint32_t)k * (R / 32);
+    for (uint32_t r = tid; r < R; r += TCQ_NT) Ma[r] = (c < 0 || (long)r == c) ? 0.0f : TCQ_BIG_D;
+    __syncthreads();
+    float *mp = Ma, *mt = Mb;
+    for (int t = 1; t < T; t++) {
+        const float ut = u[t - 1];
+        uint32_t *dt = dec + (size_t)t * WPS;
+        for (uint32_t r = tid; r < R; r += TCQ_NT) {
+            float m = 0;
+            uint32_t jb = 0;
+            for (uint32_t j = 0; j < J; j++) {
+                const uint32_t p = r + j * R;
+                const float e = __fsub_rn(ut, f[p]), v = __fmaf_rn(e, e, mp[p >> k]);
+                if (j == 0 || v < m) m = v, jb = j;
+            }
+            mt[r] = m;
+            for (int b = 0; b < k; b++) {
+                const uint32_t w = __ballot_sync(KVQ_FULL_MASK, (jb >> b) & 1u);
+                if (lane == 0) dt[b * (R / 32) + r / 32] = w;
+            }
+        }
+        __syncthreads();
+        float *tmp = mp;
+        mp = mt;
+        mt = tmp;
+    }
+    if (end < 0) { /* argmin of C_{T-1} over the allowed states, ties: the lowest state */
+        const float ul = u[T - 1];
+        float bv = 0;
+        uint32_t bs = 0xffffffffu;
+        const uint32_t s0 = c2 < 0 ? 0 : (uint32_t)c2, step = c2 < 0 ? 1 : R;
+        for (uint32_t s = s0 + step * (uint32_t)tid; s < (uint32_t)TCQ_S; s += step * TCQ_NT) {
+            const float e = __fsub_rn(ul, f[s]), v = __fmaf_rn(e, e, mp[s >> k]);
+            if (bs == 0xffffffffu || v < bv) bv = v, bs = s;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(KVQ_FULL_MASK, bv, o);
+            const uint32_t os = __shfl_xor_sync(KVQ_FULL_MASK, bs, o);
+            if (os != 0xffffffffu && (bs == 0xffffffffu || ov < bv || (ov == bv && os < bs))) bv = ov, bs = os;
+        }
+        if (lane == 0) redv[wp] = bv, reds[wp] = bs;
+        __syncthreads();
+        if (tid == 0) {
+            float v = redv[0];
+            uint32_t s = reds[0];
+            for (int w = 1; w < TCQ_NT / 32; w++)
+                if (reds[w] != 0xffffffffu && (s == 0xffffffffu || redv[w] < v || (redv[w] == v && reds[w] < s)))
+                    v = redv[w], s = reds[w];
+            reds[0] = s;
+        }
+        __syncthreads();
+    }
+    if (tid == 0) { /* traceback through the stored decisions */
+        uint32_t s = end >= 0 ? (uint32_t)end : reds[0];
+        st[T - 1] = s;
+        for (int t = T - 1; t > 0; t--) {
+            const uint32_t r = s >> k, *dt = dec + (size_t)t * WPS;
+            uint32_t j = 0;
+            for (int b = 0; b < k; b++) j |= ((dt[b * (R / 32) + r / 32] >> (r & 31)) & 1u) << b;
+            s = r + j * R;
+            st[t - 1] = s;
+        }
+    }
+    __syncthreads();
+}
+
+template <int EPT, bool RT> __global__ void __launch_bounds__(TCQ_NT) enc_tcq_kernel(EncParams P) {
+    constexpr int DM = 32 * EPT;
+    extern __shared__ float tsm[];
+    __shared__ float s_y[DM], s_u[DM], s_v[DM], s_buf[DM], s_sg[2 * DM], s_redv[TCQ_NT / 32];
+    __shared__ uint32_t s_st[DM], s_sw[DM], s_reds[TCQ_NT / 32];
+    __shared__ __align__(16) uint8_t s_rec[2 * DM + 16];
+    __shared__ int s_flag;
+    const int d = RT ? P.d : DM, ept = RT ? P.d / 32 : EPT, k = P.bits, tid = threadIdx.x, lane = tid & 31;
+    const uint32_t R = 1u << (TCQ_L - k), Rm = R - 1;
+    float *f = tsm, *Ma = f + TCQ_S, *Mb = Ma + R;
+    uint32_t *dec = (uint32_t *)(Mb + R);
+    for (int s = tid; s < TCQ_S; s += TCQ_NT) f[s] = tcq_value_dev((uint32_t)s);
+    if (!RT && P.rot == 1)
+        for (int i = tid; i < 2 * DM; i += TCQ_NT) s_sg[i] = P.signs[i];
+    __syncthreads();
+    const int nbits = d * k / 8;
+    for (long long v = blockIdx.x; v < P.n; v += gridDim.x) {
+        if (tid < 32) { /* warp 0: the row, rotated, and u */
+            int flag = 0;
+            float y[EPT];
+            if (!load_row<EPT, RT>(P, v, y, ept, lane)) flag = KVQ_ERR_NONFINITE;
+            else if (P.cal && !center_row<EPT>(P, v, y, ept, lane)) flag = KVQ_ERR_RANGE;
+            if (!flag) {
+                const int th = (int)(v % P.tabh);
+                const float *sgv = P.tabh > 1 && P.signs ? P.signs + (size_t)th * 2 * DM : s_sg;
+                if (!RT && P.rot == 1) {
+                    const float s = P.rot_s;
+#pragma unroll
+                    for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(__fmul_rn(y[e], sgv[lane * EPT + e]), s);
+                    fwht_warp<EPT>(y, lane);
+#pragma unroll
+                    for (int e = 0; e < EPT; e++) y[e] = __fmul_rn(y[e], __fmul_rn(sgv[DM + lane * EPT + e], s));
+                    fwht_warp<EPT>(y, lane);
+                }
+                if (RT && P.rot == 2) dense_rot_warp<EPT>(P, P.Q + (size_t)th * d * d, y, s_buf, ept, lane);
+                double nn = 0;
+#pragma unroll
+                for (int e = 0; e < EPT; e++)
+                    if (e < ept) nn += (double)y[e] * (double)y[e];
+                nn = warp_sum_d(nn);
+                if (!(nn > 0)) flag = 1; /* zero row */
+                const double inv = flag ? 0.0 : sqrt((double)d / nn);
+#pragma unroll
+                for (int e = 0; e < EPT; e++)
+                    if (e < ept) {
+                        s_y[lane * ept + e] = y[e];
+                        s_u[lane * ept + e] = __double2float_rn(__dmul_rn((double)y[e], inv));
+                    }
+            }
+            if (lane == 0) s_flag = flag;
+        }
+        __syncthreads();
+        const int flag = s_flag;
+        if (flag < 0) { /* an error: nothing written */
+            if (tid == 0) kvq_dev_error(P.status, flag);
+            __syncthreads();
+            continue;
+        }
+        if (flag == 0) { /* tcq_encode_path */
+            tcq_pass_block(f, s_u, d, k, -1, -1, -1, Ma, Mb, dec, s_st, s_redv, s_reds);
+            const int W = tcq_window_dev(k, d);
+            if (W == 0) {
+                const long c = (long)(s_st[d - 1] & Rm);
+                __syncthreads();
+                tcq_pass_block(f, s_u, d, k, c, -1, c, Ma, Mb, dec, s_st, s_redv, s_reds);
+            } else {
+                const int n = 2 * W + 1;
+                for (int i = tid; i < n; i += TCQ_NT) s_v[i] = s_u[(d - W + i) % d];
+                const long c = (long)(s_st[d - W - 1] & Rm), e = (long)s_st[W];
+                __syncthreads();
+                tcq_pass_block(f, s_v, n, k, c, e, -1, Ma, Mb, dec, s_sw, s_redv, s_reds);
+                for (int i = tid; i < n; i += TCQ_NT) s_st[(d - W + i) % d] = s_sw[i];
+                __syncthreads();
+            }
+        }
+        if (tid < 32) { /* warp 0: the record */
+            uint8_t *bits = s_rec + P.L.off[KVQ_TCQ_BITS];
+            for (int j = lane; j < nbits; j += 32) {
+                unsigned byte = 0;
+                if (!flag)
+                    for (int i = 0; i < 8; i++) {
+                        const int pos = 8 * j + i, t = d - 1 - pos / k;
+                        byte |= ((s_st[t] >> (pos % k)) & 1u) << i;
+                    }
+                bits[j] = (uint8_t)byte;
+            }
+            float g = 0.0f;
+            if (!flag) {
+                double yf = 0, ff = 0;
+                for (int t = lane; t < d; t += 32) {
+                    const double ft = (double)f[s_st[t]];
+                    yf += (double)s_y[t] * ft;
+                    ff += ft * ft;
+                }
+                yf = warp_sum_d(yf);
+                ff = warp_sum_d(ff);
+                g = ff > 0 ? (float)(yf / ff) : 0.0f;
+            }
+            const int rc = store_scale(P, s_rec + P.L.off[KVQ_TCQ_SCALE], g);
+            __syncwarp();
+            if (rc) {
+                if (lane == 0) kvq_dev_error(P.status, rc);
+            } else {
+                enc_flush(P, v, s_rec, lane);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+template <int EPT, bool RT> static int launch_tcq_t(int d, int k, long long n, cudaStream_t st, const EncParams &P) {
+    auto kern = enc_tcq_kernel<EPT, RT>;
+    const size_t smem = tcq_smem_bytes(d, k);
+    KVQ_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const long long cap = (long long)sms * 8;
+    kern<<<dim3((unsigned)(n < cap ? n : cap)), TCQ_NT, smem, st>>>(P);
+    return KVQ_OK;
+}
+static int launch_tcq(int d, int k, long long n, cudaStream_t st, const EncParams &P) {
+    switch (d) {
+    case 32: return launch_tcq_t<1, false>(d, k, n, st, P);
+    case 64: return launch_tcq_t<2, false>(d, k, n, st, P);
+    case 128: return launch_tcq_t<4, false>(d, k, n, st, P);
+    case 256: return launch_tcq_t<8, false>(d, k, n, st, P);
+    case 512: return launch_tcq_t<16, false>(d, k, n, st, P);
+    default: return d <= 256 ? launch_tcq_t<8, true>(d, k, n, st, P) : launch_tcq_t<16, true>(d, k, n, st, P);
+    }
+}
+
 template <int KIND> static void launch_rot(int d, dim3 g, cudaStream_t st, const EncParams &P) {
     switch (d) {
     case 32: enc_rot_kernel<KIND, 1, false><<<g, 32 * ENC_WARPS, 0, st>>>(P); break;
@@ -672,6 +917,11 @@ int kvq_cuda_encode_launch(const kvq_cuda_plan *p, const void *x, kvq_dtype dtyp
     case KVQ_LAY_TQPROD: launch_rot<KVQ_LAY_TQPROD>(p->d, g, stream, P); break;
     case KVQ_LAY_QJL: launch_rot<KVQ_LAY_QJL>(p->d, g, stream, P); break;
     case KVQ_LAY_RVQ: launch_rot<KVQ_LAY_RVQ>(p->d, g, stream, P); break;
+    case KVQ_LAY_TCQ: {
+        const int rc = launch_tcq(p->d, p->bits, (long long)n, stream, P);
+        if (rc) return rc;
+        break;
+    }
     default: return KVQ_ERR_UNSUPPORTED;
     }
     return kvq_cuda_status(cudaGetLastError());

@@ -41,6 +41,7 @@
 using namespace kvqa;
 
 static int g_fail = 0, g_checks = 0, g_debug = 0, g_dbg_lines = 0;
+static bool g_only_tcq = false; /* --tcq: the host checks and the tcq cases only */
 #define EXPECT(cond, ...)                                                   \
     do {                                                                    \
         g_checks++;                                                         \
@@ -408,7 +409,8 @@ template <int DD> static int host_check_gen(const char *spec) {
 template <int DD> static void host_check_gen_dim(void) {
     static const char *specs[] = {"f16", "q8", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:5",
                                   "tq-mse:8", "tq-mse:3+scale32", "tq-mse:4+norot", "rvq:1", "rvq:2", "rvq:3",
-                                  "rvq:4", "rvq:2+scale32", "tq-prod:3", "tq-prod:4", "qjl", "qjl:64"};
+                                  "rvq:4", "rvq:2+scale32", "tq-prod:3", "tq-prod:4", "qjl", "qjl:64",
+                                  "tcq:1", "tcq:2", "tcq:3", "tcq:4", "tcq:2+scale32", "tcq:3+norot"};
     int n = 0;
     for (const char *sp : specs) n += host_check_gen<DD>(sp);
     EXPECT(n == (int)(sizeof specs / sizeof *specs), "d=%d: %d of the generic decoder's specs made plans", DD, n);
@@ -650,6 +652,87 @@ static int test_encode(bool quick) {
     return 0;
 }
 
+/* tcq:k (the Viterbi encoder, encode.cu): bytes against the CPU codec's scalar reference (checked) and
+ * the best-ISA plan (counted: its rotation and dense matvec may round differently),
+ * at the head dims of the rotated methods (96, 384: the dense rotation) and the rows of fill_rows
+ * (zero, dominant channel, constant, tiny, +-1). The f16 scale of a double sum: the tie rule of the
+ * other rotated methods (<= 1 in 1000 records). */
+static void test_encode_tcq(bool quick) {
+    static const char *specs[] = {"tcq:1", "tcq:2", "tcq:3", "tcq:4", "tcq:2+scale32", "tcq:3+norot"};
+    static const int dims[] = {32, 64, 96, 128, 256, 384, 512};
+    static const size_t counts[] = {1, 37, 150};
+    long long total = 0, mism = 0, mism_s = 0;
+    Rng r{5678};
+    for (const char *spec : specs)
+        for (int d : dims) {
+            if (quick && d != 128 && d != 96) continue;
+            kvq_plan *p, *ps;
+            if (kvq_plan_create(&p, spec, d, 99, NULL, 0)) continue;
+            OK(kvq_plan_clone_isa(&ps, p, KVQ_ISA_SCALAR));
+            kvq_cuda_plan *cp;
+            int rc = kvq_cuda_plan_create(&cp, p);
+            EXPECT(rc == 0, "cuda plan %s d=%d: %s", spec, d, kvq_strerror(rc));
+            if (rc) {
+                kvq_plan_free(p);
+                kvq_plan_free(ps);
+                continue;
+            }
+            const size_t cb = kvq_plan_code_bytes(p);
+            for (size_t n : counts)
+                for (int f16in = 0; f16in < (n == 37 ? 2 : 1); f16in++) {
+                    std::vector<float> x;
+                    fill_rows(r, x, n, d);
+                    std::vector<uint16_t> xh(n * d);
+                    for (size_t i = 0; i < n * (size_t)d; i++) xh[i] = kvq_f32_to_f16(x[i]);
+                    const void *hin = f16in ? (const void *)xh.data() : (const void *)x.data();
+                    const size_t ib = n * d * (f16in ? 2 : 4);
+                    kvq_dtype dt = f16in ? KVQ_DTYPE_F16 : KVQ_DTYPE_F32;
+                    std::vector<uint8_t> ref(n * cb), best(n * cb), got(n * cb);
+                    OK(kvq_encode(ps, hin, dt, n, ref.data()));
+                    OK(kvq_encode(p, hin, dt, n, best.data()));
+                    void *dx, *dc;
+                    int *dst;
+                    CU(cudaMalloc(&dx, ib));
+                    CU(cudaMalloc(&dc, n * cb));
+                    CU(cudaMalloc(&dst, 4));
+                    CU(cudaMemcpy(dx, hin, ib, cudaMemcpyHostToDevice));
+                    CU(cudaMemset(dc, 0xA5, n * cb));
+                    CU(cudaMemset(dst, 0, 4));
+                    OK(kvq_cuda_encode(cp, dx, dt, n, dc, dst, NULL));
+                    int st = -1;
+                    CU(cudaMemcpy(got.data(), dc, n * cb, cudaMemcpyDeviceToHost));
+                    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+                    EXPECT(st == 0, "%s d=%d n=%zu: device status %d", spec, d, n, st);
+                    long long m = 0, ms = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        const bool ds = memcmp(&got[i * cb], &ref[i * cb], cb) != 0;
+                        m += memcmp(&got[i * cb], &best[i * cb], cb) != 0;
+                        ms += ds;
+                        if (ds && ms <= 2) {
+                            fprintf(stderr, "  %s d=%d f16in=%d row %zu (kind %zu) gpu:", spec, d, f16in, i, i % 17);
+                            for (size_t j = 0; j < cb && j < 40; j++) fprintf(stderr, " %02x", got[i * cb + j]);
+                            fprintf(stderr, "\n%*scpu:", (int)(strlen(spec) + 34), "");
+                            for (size_t j = 0; j < cb && j < 40; j++) fprintf(stderr, " %02x", ref[i * cb + j]);
+                            fprintf(stderr, "\n");
+                        }
+                    }
+                    total += n;
+                    mism += m;
+                    mism_s += ms;
+                    EXPECT(ms * 1000 <= (long long)n, "%s d=%d n=%zu f16in=%d: %lld of %zu records differ from the scalar reference",
+                           spec, d, n, f16in, ms, n);
+                    CU(cudaFree(dx));
+                    CU(cudaFree(dc));
+                    CU(cudaFree(dst));
+                }
+            kvq_cuda_plan_free(cp);
+            kvq_plan_free(p);
+            kvq_plan_free(ps);
+        }
+    printf("encode tcq: %lld records, %lld differ from the scalar reference, %lld from the best-ISA CPU plan\n", total,
+           mism_s, mism);
+}
+
 /* Calibrated test data of one head: a mean (|mean| ~ 2 per channel) and channel scales spread over
  * e^(+-1) (the structure +center and +chscale remove; score spreads near the plain cases'); rows = mean + sg * N(0,1) * mag. */
 struct HeadDist {
@@ -713,13 +796,15 @@ static void free_case_plans(std::vector<kvq_plan *> &ps) {
 static void test_encode_calib(bool quick) {
     static const char *specs[] = {"tq-mse:4+chscale", "tq-mse:4+center", "tq-mse:2+chscale", "tq-mse:3+chscale",
                                   "tq-mse:1+center", "q8+chscale", "q8+center", "f16+center", "rvq:2+chscale",
-                                  "tq-prod:3+center", "tq-mse:4+chscale+scale32", "tq-mse:4+chscale+norot"};
+                                  "tq-prod:3+center", "tq-mse:4+chscale+scale32", "tq-mse:4+chscale+norot",
+                                  "tcq:3+chscale", "tcq:2+center"};
     static const int dims[] = {64, 96, 128, 256};
     long long total = 0, mism = 0;
     Rng r{4321};
     for (const char *spec : specs)
         for (int d : dims) {
             if (quick && d != 128) continue;
+            if (g_only_tcq && strncmp(spec, "tcq", 3)) continue;
             for (int H : {1, 3}) {
                 std::vector<HeadDist> hd;
                 for (int h = 0; h < H; h++) hd.push_back(head_dist(r, d));
@@ -730,8 +815,9 @@ static void test_encode_calib(bool quick) {
                                       : kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)ps.data(), H);
                 EXPECT(rc == 0, "cuda plan %s d=%d H=%d: %s", spec, d, H, kvq_strerror(rc));
                 const size_t cb = kvq_plan_code_bytes(ps[0]);
-                for (size_t n : {(size_t)3, (size_t)999}) {
+                for (size_t n0 : {(size_t)3, (size_t)999}) {
                     if (rc) break;
+                    const size_t n = n0 > 3 && !strncmp(spec, "tcq", 3) ? 150 : n0; /* tcq's scalar reference is slow */
                     for (int f16in = 0; f16in < 2; f16in++) {
                         std::vector<float> x;
                         fill_rows(r, x, n, d);
@@ -1316,6 +1402,40 @@ static void test_attention_generic(bool quick) {
     }
 }
 
+/* tcq:k in the generic kernel (attn_kernel_gen.cuh, gen_tcq_state): K and V at k = 1..4, mixed with
+ * the other methods, at d = 64, 96 (dense rotation), 128, 256; calibrated (+chscale), and the README's
+ * policy pair tq-mse:5+chscale / tcq:3 (its sink=1 is the Python store's, not the layer's). */
+static void test_attention_tcq(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    struct {
+        const char *k, *v;
+        int d, calib;
+    } pairs[] = {{"tcq:1", "tcq:1", 128, 0},          {"tcq:2", "tcq:2", 128, 0},
+                 {"tcq:3", "tcq:3", 128, 0},          {"tcq:4", "tcq:4", 128, 0},
+                 {"tq-mse:4", "tcq:2", 128, 0},       {"tcq:3", "q8", 128, 0},
+                 {"tcq:2+scale32", "tcq:4", 128, 0},  {"tcq:2", "tcq:3", 64, 0},
+                 {"tcq:3", "tcq:2", 96, 0},           {"tcq:4", "tq-mse:2", 256, 0},
+                 {"tq-mse:5+chscale", "tcq:3", 128, 1}, {"tq-mse:5+chscale", "tcq:3", 64, 1},
+                 {"tcq:3+chscale", "tcq:2", 128, 1},  {"tcq:2+chscale", "tcq:2+chscale", 256, 1},
+                 {"tcq:1+chscale", "tcq:1+center", 128, 2}, {"tcq:4+chscale", "tcq:4+chscale", 128, 1}};
+    uint64_t seed = 11000;
+    int i = 0;
+    for (auto &pr : pairs) {
+        const int HQs[] = {8, 6, 2, 16};
+        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
+                       lens, wl};
+        tc.d = pr.d;
+        tc.calib = pr.calib;
+        i++;
+        if (quick && (i % 3) != 1) continue;
+        run_attn_case(tc, seed++, true);
+    }
+    /* the README pair with many chunks, grouped queries and the window */
+    AttnCase g = {"tq-mse:5+chscale", "tcq:3", 4, 16, 64, 16, {33, 7000}, {16, 3}};
+    g.calib = 1;
+    run_attn_case(g, seed++, true);
+}
+
 /* ---- the decode path in a CUDA graph ------------------------------------------------
  * One decode step of 3 sequences (store one token of K and V into pages and window rings,
  * attend on the layer's reserved workspace and on a caller's) captured once on a stream and
@@ -1679,6 +1799,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         if (!strcmp(argv[i], "--debug")) g_debug = 1;
+        if (!strcmp(argv[i], "--tcq")) g_only_tcq = true;
     }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
@@ -1689,11 +1810,20 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+    if (g_only_tcq) {
+        test_encode_tcq(quick);
+        test_encode_calib(quick);
+        test_attention_tcq(quick);
+        printf("test_cuda --tcq: %d checks, %d failed\n", g_checks, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_encode(quick);
+    test_encode_tcq(quick);
     test_encode_calib(quick);
     test_attention(quick);
     test_attention_calib(quick);
     test_attention_generic(quick);
+    test_attention_tcq(quick);
     test_graph();
     test_seq_map();
     test_padding_slots();

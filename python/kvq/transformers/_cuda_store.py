@@ -78,8 +78,8 @@ def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
 #: Head dims of the kvq CUDA attention (docs/CUDA.md "What is served"): 128, 64 and 256 on the tensor-core
 #: kernels (64 and 256: f16, q8, tq-mse:2/4) and the generic kernel, the others on the generic kernel.
 HEAD_DIMS = (32, 64, 96, 128, 256)
-SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl; V in f16, q8, "
-          "tq-mse:1..8, rvq:1..4 (f16 or f32 scales; +norot, +scale=norm, +cb=gauss, +center, +chscale: "
+SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl, tcq:1..4; V in "
+          "f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (tcq on the generic kernel; f16 or f32 scales; +norot, +scale=norm, +cb=gauss, +center, +chscale: "
           "calibrated per KV head on the first calib_tokens positions); no +outliers, polar, q4, bf16, f32; "
           "global attention (no sliding window)")
 
