@@ -533,6 +533,28 @@ static void fill_rows(Rng &r, std::vector<float> &x, size_t n, int d) {
     }
 }
 
+/* n rows at hin (ib bytes of dtype dt) encoded on the device by cp into got (n x cb bytes, the
+ * device buffer prefilled with 0xA5 so that an unwritten record shows); returns the device status. */
+static int device_encode(const kvq_cuda_plan *cp, const void *hin, size_t ib, kvq_dtype dt, size_t n, size_t cb,
+                         uint8_t *got) {
+    void *dx, *dc;
+    int *dst;
+    CU(cudaMalloc(&dx, ib));
+    CU(cudaMalloc(&dc, n * cb));
+    CU(cudaMalloc(&dst, 4));
+    CU(cudaMemcpy(dx, hin, ib, cudaMemcpyHostToDevice));
+    CU(cudaMemset(dc, 0xA5, n * cb));
+    CU(cudaMemset(dst, 0, 4));
+    OK(kvq_cuda_encode(cp, dx, dt, n, dc, dst, NULL));
+    int st = -1;
+    CU(cudaMemcpy(got, dc, n * cb, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+    CU(cudaFree(dx));
+    CU(cudaFree(dc));
+    CU(cudaFree(dst));
+    return st;
+}
+
 static int test_encode(bool quick) {
     static const char *specs[] = {"q8", "f16", "tq-mse:1", "tq-mse:2", "tq-mse:3", "tq-mse:4", "tq-mse:5",
                                   "tq-mse:8", "tq-mse:4+scale32", "tq-mse:3+scale=norm", "tq-mse:2+cb=gauss",
@@ -570,18 +592,7 @@ static int test_encode(bool quick) {
                     std::vector<uint8_t> ref(n * cb), best(n * cb), got(n * cb);
                     OK(kvq_encode(ps, hin, dt, n, ref.data()));
                     OK(kvq_encode(p, hin, dt, n, best.data()));
-                    void *dx, *dc;
-                    int *dst;
-                    CU(cudaMalloc(&dx, ib));
-                    CU(cudaMalloc(&dc, n * cb));
-                    CU(cudaMalloc(&dst, 4));
-                    CU(cudaMemcpy(dx, hin, ib, cudaMemcpyHostToDevice));
-                    CU(cudaMemset(dc, 0xA5, n * cb));
-                    CU(cudaMemset(dst, 0, 4));
-                    OK(kvq_cuda_encode(cp, dx, dt, n, dc, dst, NULL));
-                    int st = -1;
-                    CU(cudaMemcpy(got.data(), dc, n * cb, cudaMemcpyDeviceToHost));
-                    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+                    const int st = device_encode(cp, hin, ib, dt, n, cb, got.data());
                     EXPECT(st == 0, "%s d=%d n=%zu: device status %d", spec, d, n, st);
                     long long m = 0, mb = 0;
                     for (size_t i = 0; i < n; i++) {
@@ -604,9 +615,6 @@ static int test_encode(bool quick) {
                     const bool exact = !strncmp(spec, "q8", 2) || !strncmp(spec, "f16", 3);
                     EXPECT(m == 0 || (!exact && m * 1000 <= (long long)n), "%s d=%d n=%zu f16in=%d: %lld of %zu records differ",
                            spec, d, n, f16in, m, n);
-                    CU(cudaFree(dx));
-                    CU(cudaFree(dc));
-                    CU(cudaFree(dst));
                 }
             kvq_cuda_plan_free(cp);
             kvq_plan_free(p);
@@ -690,18 +698,7 @@ static void test_encode_tcq(bool quick) {
                     std::vector<uint8_t> ref(n * cb), best(n * cb), got(n * cb);
                     OK(kvq_encode(ps, hin, dt, n, ref.data()));
                     OK(kvq_encode(p, hin, dt, n, best.data()));
-                    void *dx, *dc;
-                    int *dst;
-                    CU(cudaMalloc(&dx, ib));
-                    CU(cudaMalloc(&dc, n * cb));
-                    CU(cudaMalloc(&dst, 4));
-                    CU(cudaMemcpy(dx, hin, ib, cudaMemcpyHostToDevice));
-                    CU(cudaMemset(dc, 0xA5, n * cb));
-                    CU(cudaMemset(dst, 0, 4));
-                    OK(kvq_cuda_encode(cp, dx, dt, n, dc, dst, NULL));
-                    int st = -1;
-                    CU(cudaMemcpy(got.data(), dc, n * cb, cudaMemcpyDeviceToHost));
-                    CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
+                    const int st = device_encode(cp, hin, ib, dt, n, cb, got.data());
                     EXPECT(st == 0, "%s d=%d n=%zu: device status %d", spec, d, n, st);
                     long long m = 0, ms = 0;
                     for (size_t i = 0; i < n; i++) {
@@ -721,9 +718,6 @@ static void test_encode_tcq(bool quick) {
                     mism_s += ms;
                     EXPECT(ms * 1000 <= (long long)n, "%s d=%d n=%zu f16in=%d: %lld of %zu records differ from the scalar reference",
                            spec, d, n, f16in, ms, n);
-                    CU(cudaFree(dx));
-                    CU(cudaFree(dc));
-                    CU(cudaFree(dst));
                 }
             kvq_cuda_plan_free(cp);
             kvq_plan_free(p);
