@@ -32,6 +32,7 @@
 
 #include "cpu.h"
 #include "kvq.h"
+#include "tcq_code.h"
 
 /* The trellis of a plan (read-only after creation). */
 typedef struct tcq_code {
@@ -39,14 +40,8 @@ typedef struct tcq_code {
     const float *f; /* f[s] = tcq_value(s), 2^L floats */
 } tcq_code;
 
-/* The computed code (tcq_kernels.c documents it) and its constants. */
-#define TCQ_MUL 34038481u
-#define TCQ_ADD 76625530u
-#define TCQ_INV_SD 0.006765875034f /* (float)(1 / sqrt(21845)) */
+/* The computed code (tcq_kernels.c documents it); its constants and TCQ_BIG: tcq_code.h. */
 float tcq_value(uint32_t s);
-
-/* Path cost of a forbidden state: finite, so that sums stay finite. */
-#define TCQ_BIG 1.0e30f
 
 /* Bytes of scratch the encoder needs for T values: T arrays M_t of R
  * floats, the final costs (2^L floats) and 8 floats of slack. */

@@ -25,6 +25,7 @@
 #define KVQ_ATTN_KERNEL_GEN_CUH
 
 #include "attn_block.cuh"
+#include "tcq_value.cuh"
 
 namespace kvqa {
 
@@ -59,18 +60,13 @@ KVQ_UNROLL
 
 /* tcq (m_tcq.c, tcq_kernels.h): state s_j of a record's circular bitstream of D k bits, the
  * 12-bit window from bit (D-1-j) k (bytes read modulo the stream's D k / 8: tcq_stream_pad), and
- * its value tcq_value(s) = (float)(byte sum of s a + b - 510) / sqrt(21845), as the CPU computes it. */
+ * its value tcq_value_dev(s) (tcq_value.cuh: the CPU's tcq_value, constants from codec/tcq_code.h). */
 template <int D> KVQ_HD uint32_t gen_tcq_state(const uint8_t *f, int k, int j) {
     const int nb = D * k / 8, pos = (D - 1 - j) * k, i0 = pos >> 3;
     uint32_t w = 0;
 KVQ_UNROLL
     for (int i = 0; i < 3; i++) w |= (uint32_t)f[(i0 + i) % nb] << (8 * i);
     return (w >> (pos & 7)) & 4095u; /* pos & 7 <= 7: bits up to 19 of the 24 read */
-}
-KVQ_HD float gen_tcq_value(uint32_t s) {
-    const uint32_t h = s * 34038481u + 76625530u;
-    const int sum = (int)((h & 255u) + ((h >> 8) & 255u) + ((h >> 16) & 255u) + (h >> 24));
-    return (float)(sum - 510) * 0.006765875034f;
 }
 
 /* Value j of the row a record gives (K: scored against the prepared query from F.qoff; V: the
@@ -100,7 +96,7 @@ KVQ_HD float gen_value(const GenFmt &F, const uint8_t *run, int P, int slot, int
         const int bit = (KVQ_GEN_FLD(1)[j >> 3] >> (j & 7)) & 1;
         return kconst * gen_scale(KVQ_GEN_FLD(0), F.sb) * (bit ? 1.f : -1.f);
     }
-    case KVQ_LAY_TCQ: return gen_scale(KVQ_GEN_FLD(0), F.sb) * gen_tcq_value(gen_tcq_state<D>(KVQ_GEN_FLD(1), F.bits, j));
+    case KVQ_LAY_TCQ: return gen_scale(KVQ_GEN_FLD(0), F.sb) * tcq_value_dev(gen_tcq_state<D>(KVQ_GEN_FLD(1), F.bits, j));
     }
     return 0.f;
 #undef KVQ_GEN_FLD

@@ -16,6 +16,7 @@
 
 #include "codec/plan_export.h"
 #include "cuda_internal.cuh"
+#include "tcq_value.cuh"
 
 #define ENC_WARPS 8
 
@@ -630,21 +631,6 @@ template <int KIND> __global__ void __launch_bounds__(32 * ENC_WARPS) enc_plain_
 #define TCQ_L 12
 #define TCQ_NT 256
 #define TCQ_S (1 << TCQ_L)
-#define TCQ_MUL_D 34038481u
-#define TCQ_ADD_D 76625530u
-#define TCQ_INV_SD_D 0.006765875034f
-#define TCQ_BIG_D 1.0e30f
-
-/* tcq_value (tcq_kernels.c): (float)(byte sum - 510) * TCQ_INV_SD, one rounding. */
-__host__ __device__ __forceinline__ float tcq_value_dev(uint32_t s) {
-    const uint32_t h = s * TCQ_MUL_D + TCQ_ADD_D;
-    const int sum = (int)((h & 255u) + ((h >> 8) & 255u) + ((h >> 16) & 255u) + (h >> 24));
-#ifdef __CUDA_ARCH__
-    return __fmul_rn((float)(sum - 510), TCQ_INV_SD_D);
-#else
-    return (float)(sum - 510) * TCQ_INV_SD_D;
-#endif
-}
 
 /* tcq_window (tcq_dispatch.c): the half-width of the second pass's window, 0 for the whole cycle. */
 __device__ __forceinline__ int tcq_window_dev(int k, int T) {
@@ -665,7 +651,7 @@ __device__ void tcq_pass_block(const float *f, const float *u, int T, int k, lon
                                float *Mb, uint32_t *dec, uint32_t *st, float *redv, uint32_t *reds) {
     const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     const uint32_t R = 1u << (TCQ_L - k), J = 1u << k, WPS = (uint32_t)k * (R / 32);
-    for (uint32_t r = tid; r < R; r += TCQ_NT) Ma[r] = (c < 0 || (long)r == c) ? 0.0f : TCQ_BIG_D;
+    for (uint32_t r = tid; r < R; r += TCQ_NT) Ma[r] = (c < 0 || (long)r == c) ? 0.0f : TCQ_BIG;
     __syncthreads();
     float *mp = Ma, *mt = Mb;
     for (int t = 1; t < T; t++) {
