@@ -77,15 +77,15 @@ KVQ_UNROLL
             kb[2 * (4 * i + b) + 1] = lut2(L, byte >> 4);
         }
 }
-/* The same registers from the 2-bit byte table (LUT_W2X, d = 128): one 8-byte lookup per byte
- * (its two nibbles' pairs), the address one PRMT (lut2x): 8 lookups per token instead of 16 */
-KVQ_HD void kdec2x(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t lane8, uint32_t kb[16]) {
+/* The same registers from the 2-bit byte table (LUT_W2X, d = 128): one PRMT per byte for the
+ * address of its two nibbles' pairs (lut2x: two conflict-free 4-byte loads) */
+KVQ_HD void kdec2x(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t lane4, uint32_t kb[16]) {
     uint32_t w[2];
     ldf<D / 4, D / 16>(f, r, qq * (D / 16), w);
 KVQ_UNROLL
     for (int i = 0; i < 2; i++) {
-        const uint2 e0 = lut2x<0>(L, w[i], lane8), e1 = lut2x<1>(L, w[i], lane8);
-        const uint2 e2 = lut2x<2>(L, w[i], lane8), e3 = lut2x<3>(L, w[i], lane8);
+        const uint2 e0 = lut2x<0>(L, w[i], lane4), e1 = lut2x<1>(L, w[i], lane4);
+        const uint2 e2 = lut2x<2>(L, w[i], lane4), e3 = lut2x<3>(L, w[i], lane4);
         kb[8 * i + 0] = e0.x, kb[8 * i + 1] = e0.y, kb[8 * i + 2] = e1.x, kb[8 * i + 3] = e1.y;
         kb[8 * i + 4] = e2.x, kb[8 * i + 5] = e2.y, kb[8 * i + 6] = e3.x, kb[8 * i + 7] = e3.y;
     }
@@ -254,17 +254,17 @@ KVQ_UNROLL
         }
     }
     /* 2-bit at d = 128 from the byte table (LUT_W2X): byte (mt & 7) / 2 of word mt / 8 holds
-     * m-tiles mt (low nibble) and mt + 1 (high) of the interleaved pair: one 8-byte lookup for
-     * two m-tiles (the caller decodes m-tiles in order, so the lookup of an odd mt is the even
-     * one's, computed again: the compiler merges the two) */
-    KVQ_HD void decode2x(const uint8_t *L, uint32_t lane8, int mt, uint32_t a[4]) const {
+     * m-tiles mt (low nibble) and mt + 1 (high) of the interleaved pair: one lookup address for
+     * two m-tiles (the caller decodes m-tiles in order, so the address of an odd mt is the even
+     * one's, computed again: the compiler merges the two), one 4-byte load each */
+    KVQ_HD void decode2x(const uint8_t *L, uint32_t lane4, int mt, uint32_t a[4]) const {
         static_assert(W == 2 && DD == 128, "the byte table: 2-bit stages at d = 128");
 KVQ_UNROLL
         for (int i = 0; i < 4; i++) {
             const uint32_t w = x[i][mt >> 3];
             const int b = (mt & 7) >> 1;
-            const uint2 e = b == 0 ? lut2x<0>(L, w, lane8) : b == 1 ? lut2x<1>(L, w, lane8)
-                          : b == 2 ? lut2x<2>(L, w, lane8) : lut2x<3>(L, w, lane8);
+            const uint2 e = b == 0 ? lut2x<0>(L, w, lane4) : b == 1 ? lut2x<1>(L, w, lane4)
+                          : b == 2 ? lut2x<2>(L, w, lane4) : lut2x<3>(L, w, lane4);
             a[i] = (mt & 1) ? e.y : e.x;
         }
     }

@@ -6,8 +6,9 @@
  *          address = byte * 128 + 4l, PRMT + IMAD) or 256 bytes (the wide
  *          table of attn_kernel_w4: address = one PRMT, byte << 8 | 4l);
  *   2-bit: a nibble -> (c[n & 3], c[n >> 2]); or, for tq-mse:2 K and V sharing one
- *          table at d = 128 (LUT_W2X), a byte -> both nibbles' pairs (8 bytes) replicated
- *          per lane in rows of 256 bytes (64 KiB): address = one PRMT, byte << 8 | 8l;
+ *          table at d = 128 (LUT_W2X), a byte -> both nibbles' pairs replicated per lane
+ *          in rows of 256 bytes (64 KiB): the low nibble's pair at byte << 8 | 4l, the
+ *          high nibble's 128 bytes further (address = one PRMT; both loads conflict-free);
  *   1-bit and QJL signs: a nibble -> four values.
  */
 #ifndef KVQ_ATTN_LUT_CUH
@@ -48,27 +49,31 @@ template <int B> __device__ __forceinline__ uint32_t lut4x(const uint8_t *lut, u
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane4), "n"(0x5504 | (B << 4)));
     return *(const uint32_t *)(lut + a);
 }
-/* byte B of w looked up in the 2-bit byte table (LUT_W2X, at the start of shared memory): entry
- * (lut2 of the low nibble, lut2 of the high nibble) of lane l at byte * 256 + 8l; lane8 = 8l.
- * On the device the address is one PRMT (byte B of w to bits 8..15, lane8 to bits 0..7). */
-template <int B> KVQ_HD uint2 lut2x(const uint8_t *lut, uint32_t w, uint32_t lane8) {
+/* byte B of w looked up in the 2-bit byte table (LUT_W2X, at the start of shared memory): the
+ * pair of its low nibble for lane l at byte * 256 + 4l, that of its high nibble at
+ * byte * 256 + 128 + 4l; lane4 = 4l. On the device the address is one PRMT (byte B of w to bits
+ * 8..15, lane4 to bits 0..7), the second load's +128 an immediate offset. The 32 lanes of a load
+ * hit 32 distinct banks (bank l): one wavefront. (The first layout, both pairs side by side at
+ * byte * 256 + 8l, put lanes l and l + 16 in one bank: two wavefronts a load, so the 2-bit kernel
+ * was bound by the shared-memory pipe; docs/RESULTS.md, the session-12 profile.) */
+template <int B> KVQ_HD uint2 lut2x(const uint8_t *lut, uint32_t w, uint32_t lane4) {
 #ifdef __CUDA_ARCH__
     uint32_t a;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane8), "n"(0x5504 | (B << 4)));
-    /* two 4-byte loads: each register goes where the MMA wants it (an 8-byte load needs an
-     * aligned register pair, which cost ptxas two moves per lookup on the K side) */
-    return make_uint2(*(const uint32_t *)(lut + a), *(const uint32_t *)(lut + a + 4));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane4), "n"(0x5504 | (B << 4)));
+    return make_uint2(*(const uint32_t *)(lut + a), *(const uint32_t *)(lut + a + 128));
 #else
-    return ld64(lut + ((((w >> (8 * B)) & 0xffu) << 8) | lane8));
+    const uint32_t a = (((w >> (8 * B)) & 0xffu) << 8) | lane4;
+    return make_uint2(ld32(lut + a), ld32(lut + a + 128));
 #endif
 }
-/* The 2-bit byte table of centroids c (4 entries): 4096 16-byte stores (two lanes' copies of an
- * entry each), the block's nthreads threads striding over them. */
+/* The 2-bit byte table of centroids c (4 entries): 4096 16-byte stores (four lanes' copies of a
+ * pair each; row byte: 8 stores of the low nibble's pair, then 8 of the high's), the block's
+ * nthreads threads striding over them. */
 __device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nthreads) {
     for (int e = threadIdx.x; e < 256 * 16; e += nthreads) {
-        const int byte = e >> 4;
-        const uint32_t lo = pack2(c[byte & 3], c[(byte >> 2) & 3]), hi = pack2(c[(byte >> 4) & 3], c[byte >> 6]);
-        *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(lo, hi, lo, hi);
+        const int byte = e >> 4, n = (e & 8) ? byte >> 4 : byte & 15;
+        const uint32_t v = pack2(c[n & 3], c[n >> 2]);
+        *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(v, v, v, v);
     }
 }
 /* nibble -> (c[n & 3], c[n >> 2]) */

@@ -63,7 +63,7 @@ template <int W, int DD = 128> struct KTQ {
 struct KTQ2X : KTQ<2> {
     KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &, int r, int qq, int lane4,
                               uint32_t kb[D / 8]) {
-        kdec2x(t + 16 * 2, lut, r, qq, 2u * (uint32_t)lane4, kb);
+        kdec2x(t + 16 * 2, lut, r, qq, (uint32_t)lane4, kb);
     }
 };
 /* rvq:W: two tq stages on the same rotated query */
@@ -207,7 +207,7 @@ template <int W, int DD = 128> struct VTQ {
 struct VTQ2X : VTQ<2> {
     KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &, int lane4, int mt,
                               uint32_t a[4]) {
-        r.st.decode2x(lut, 2u * (uint32_t)lane4, mt, a);
+        r.st.decode2x(lut, (uint32_t)lane4, mt, a);
     }
 };
 template <int W> struct VRVQ {

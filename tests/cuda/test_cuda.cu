@@ -155,11 +155,10 @@ static void host_lut(uint8_t *lut, int off, int w, const float *c) {
         for (int e = 0; e < 256 * 32; e++) dst[e] = pack2(c[(e >> 5) & 15], c[(e >> 5) >> 4]);
     } else if (w == 2) {
         for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
-    } else if (w == LUT_W2X) { /* byte b, lane l at b * 256 + 8l: the pairs of its low and high nibble */
-        for (int e = 0; e < 256 * 32; e++) {
-            const int b = e >> 5;
-            dst[2 * e] = pack2(c[b & 3], c[(b >> 2) & 3]);
-            dst[2 * e + 1] = pack2(c[(b >> 4) & 3], c[b >> 6]);
+    } else if (w == LUT_W2X) { /* byte b, lane l: its low nibble's pair at b * 256 + 4l, its high's at + 128 */
+        for (int e = 0; e < 256 * 64; e++) {
+            const int b = e >> 6, n = (e & 32) ? b >> 4 : b & 15;
+            dst[e] = pack2(c[n & 3], c[n >> 2]);
         }
     } else {
         for (int n = 0; n < 16; n++) {
