@@ -52,7 +52,7 @@ profiles() {
         local n; n=$(echo "$pol" | tr -d ':/-' | sed 's/tqmse/tq/')$2
         mkdir -p /tmp/x/$n && timeout 120 bash bench/profile_cuda.sh "$1" /tmp/x/$n "$pol" > /tmp/x/$n/sum.txt 2>&1
         cp /tmp/x/$n/ncu.txt "${PROF_OUT:-$OUT}/ncu_$n.txt"
-        echo "== $n"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occ|No Eligible|L1/TEX Hit|Memory Throughput|inst_executed|inst_issued|cycles_elapsed|dram__bytes|ERROR" /tmp/x/$n/ncu.txt | head -20
+        echo "== $n"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occ|No Eligible|L1/TEX Hit|Memory Throughput|inst_executed|inst_issued|cycles_elapsed|dram__bytes|wavefronts|bank_conflicts|ERROR" /tmp/x/$n/ncu.txt | head -20
     done
 }
 # the chunk sweep (cuda_attn --chunks) at the small shapes, 16 x 32K, 16 x 4K and 64 x 4K, into $OUT/sweep.log

@@ -6,7 +6,8 @@
 # BUILD_DIR absolute or relative to the current directory (it was prefixed with ./, so an absolute
 # /tmp/b named .//tmp/b: ncu found no program and the profile of session 9 wrote nothing).
 # Besides the sections: executed warp instructions (smsp__inst_executed.sum) and cycles, for
-# instructions per 16-token tile (docs/CUDA.md, "Instruction budget").
+# instructions per 16-token tile (docs/CUDA.md, "Instruction budget"), and the shared-memory wavefronts
+# (loads; all, cp.async included), load bank conflicts and shared-load instructions, for wavefronts per tile.
 B=$1
 O=$2
 POL=${3:-tq-mse:4/4}
@@ -14,7 +15,7 @@ SB=${4:-16}
 SC=${5:-32768}
 ncu --clock-control none -k regex:attn_kernel -s 5 -c 1 --section SpeedOfLight --section Occupancy \
   --section WarpStateStats --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis \
-  --section ComputeWorkloadAnalysis --metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__inst_issued.sum,dram__bytes_read.sum \
+  --section ComputeWorkloadAnalysis --metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__inst_issued.sum,dram__bytes_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__inst_executed_op_shared_ld.sum \
   "$B/cuda_attn" --no-encode --policy "$POL" --shape $SB $SC --runs 8 >"$O/ncu.txt" 2>&1
 # no result (an unknown metric, the counters refused): once more with the sections alone, all processes
 grep -q "Duration" "$O/ncu.txt" || ncu --clock-control none --target-processes all -k regex:attn_kernel -s 5 -c 1 \
