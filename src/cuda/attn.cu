@@ -390,20 +390,38 @@ struct PrepParams {
     float rs;
 };
 
-/* In-place Walsh-Hadamard transform of DD values in shared memory, one thread per value (c); every
- * thread of the block calls it, those with on == false (the merge's other slices) only for the
- * barriers. */
-template <int DD> __device__ __forceinline__ void fwht_block(float *y, int c, bool on = true) {
-    for (int h = 1; h < DD; h <<= 1) {
-        __syncthreads();
-        float a = 0, b = 0;
-        const bool lo = on && !(c & h);
-        if (lo) a = y[c], b = y[c + h];
-        __syncthreads();
-        if (lo) y[c] = a + b, y[c + h] = a - b;
-    }
-    __syncthreads();
+/* The two-round Hadamard rotation of a plan (signs D1, D2; rs = 1 / sqrt d) of the DD
+ * values y in shared memory, on one warp: lane holds y[lane E .. lane E + E), E = DD / 32, with
+ * its signs s1 = D1, s2 = D2 in registers; the butterflies of fwht_warp (shuffles), so no block
+ * barrier (the block-wide transform it replaced took 7 barrier pairs a round: most of the
+ * merge's latency at batch 1). Forward (the query, prep): y = H (s2 rs . H (s1 rs . y));
+ * inverse (the output, merge): y = s1 rs . H (s2 rs . H y). Same operations in the same order
+ * as the block transform: the same floats. */
+template <int DD, bool INV>
+__device__ __forceinline__ void hadamard2_warp(float *y, const float *s1, const float *s2, float rs, int lane) {
+    constexpr int E = DD / 32;
+    float v[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) v[e] = y[lane * E + e];
+    if (!INV)
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = v[e] * s1[e] * rs;
+    fwht_warp<E>(v, lane);
+#pragma unroll
+    for (int e = 0; e < E; e++) v[e] *= s2[e] * rs;
+    fwht_warp<E>(v, lane);
+    if (INV)
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] *= s1[e] * rs;
+#pragma unroll
+    for (int e = 0; e < E; e++) y[lane * E + e] = v[e];
 }
+/* Loads lane's signs of the two rounds (sg: 2 DD floats, D1 then D2) for hadamard2_warp. */
+template <int DD> __device__ __forceinline__ void hadamard2_signs(const float *sg, int lane, float *s1, float *s2) {
+#pragma unroll
+    for (int e = 0; e < DD / 32; e++) s1[e] = sg[lane * (DD / 32) + e], s2[e] = sg[DD + lane * (DD / 32) + e];
+}
+__host__ __device__ constexpr bool pow2_dim(int d) { return (d & (d - 1)) == 0; }
 
 /* y = M x (M row-major DD x DD, x in shared memory), one thread per output. */
 template <int DD> __device__ __forceinline__ float matvec_row(const float *M, const float *x, int c) {
@@ -443,10 +461,16 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
         }
     }
     if (pp.rot == 1) {
-        y[c] = x * signs[c] * pp.rs;
-        fwht_block<DD>(y, c);
-        y[c] *= signs[DD + c] * pp.rs;
-        fwht_block<DD>(y, c);
+        if constexpr (pow2_dim(DD)) {
+            y[c] = x;
+            __syncthreads();
+            if (c < 32) {
+                float s1[DD / 32], s2[DD / 32];
+                hadamard2_signs<DD>(signs, c, s1, s2);
+                hadamard2_warp<DD, false>(y, s1, s2, pp.rs, c);
+            }
+            __syncthreads();
+        }
     } else if (pp.rot == 2) {
         x0[c] = x;
         __syncthreads();
@@ -482,7 +506,7 @@ struct MergeParams {
  * thread walked all chunks three times serially (the max, l, the accumulators, 2^x twice per
  * chunk): 12.3 us at 1 x 32K / 128K with 32 chunks, + 0.23 us per chunk (Nsight Compute, H200,
  * docs/RESULTS.md "Split-K at small batch"), 20-34% of the step at batch 1. Then the slices'
- * sums, the inverse rotation by fwht_block (or the dense transpose) on the first DD threads.
+ * sums, the inverse rotation on the first warp (hadamard2_warp; or the dense transpose on the first DD threads).
  * MSL = 4 slices from MERGE_SLICE_CHUNKS chunks on, else 1 (four slices of 1-2 chunks made the
  * merge of 64 x 4K, 2048 blocks, 14% of the step slower). */
 constexpr int MERGE_SLICE_CHUNKS = 8;
@@ -500,8 +524,8 @@ template <int DD, int MSL> __global__ void __launch_bounds__(DD * MSL) merge_q_k
     const int len = mp.main_len[s];
     const bool win = mp.win_len && mp.win_len[s] > 0;
     const int th = h % mp.tabh; /* the KV head's rotation */
-    float sg1 = 0.f, sg2 = 0.f;
-    if (mp.rot == 1 && on) sg1 = mp.signs[(size_t)th * 2 * DD + c], sg2 = mp.signs[(size_t)th * 2 * DD + DD + c];
+    float sg1[DD / 32], sg2[DD / 32]; /* the first warp's signs of the inverse rotation */
+    if (pow2_dim(DD) && mp.rot == 1 && t < 32) hadamard2_signs<DD>(mp.signs + (size_t)th * 2 * DD, t, sg1, sg2);
     kvqa::pdl_wait(); /* the partial states of the previous kernels */
     const int nused = (len + mp.chunk_tokens - 1) / mp.chunk_tokens;
     const float *base = mp.part + (size_t)(((s * mp.H + h) * mp.QG + qg) * NC) * SFd;
@@ -549,12 +573,13 @@ template <int DD, int MSL> __global__ void __launch_bounds__(DD * MSL) merge_q_k
         y[c] = r;
         yw[c] = wwin != 0.f ? wwin * base[(size_t)mp.nchunk * SFd + 2 * QPB + q * DD + c] : 0.f;
     }
-    if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d */
-        fwht_block<DD>(y, c, on);
-        if (on) y[c] *= sg2 * mp.rs;
-        fwht_block<DD>(y, c, on);
-        if (on) y[c] *= sg1 * mp.rs;
-        r = y[c];
+    if (mp.rot == 1) { /* x = s1 . H (s2 . H y / sqrt d) / sqrt d, on the first warp */
+        if constexpr (pow2_dim(DD)) {
+            __syncthreads();
+            if (t < 32) hadamard2_warp<DD, true>(y, sg1, sg2, mp.rs, t);
+            __syncthreads();
+            r = on ? y[c] : 0.f;
+        }
     } else if (mp.rot == 2) { /* x = Q^T y */
         __syncthreads();
         if (on) r = matvec_row<DD>(mp.Qt + (size_t)th * DD * DD, y, c);

@@ -131,6 +131,28 @@ template <int N> __device__ __forceinline__ void kvq_cp_async_wait() {
 #endif
 }
 
+/* In-place fast Walsh-Hadamard transform of d = 32 * EPT values on one warp, lane holding
+ * elements lane*EPT + e: the CPU's butterflies, spans 1, 2, 4, ... in order (the encoder,
+ * the query's rotation, the merge's inverse rotation). */
+template <int EPT> __device__ __forceinline__ void fwht_warp(float v[EPT], int lane) {
+#pragma unroll
+    for (int h = 1; h < EPT; h <<= 1)
+#pragma unroll
+        for (int e = 0; e < EPT; e++)
+            if (!(e & h)) {
+                float a = v[e], b = v[e + h];
+                v[e] = __fadd_rn(a, b);
+                v[e + h] = __fsub_rn(a, b);
+            }
+#pragma unroll
+    for (int lh = 1; lh < 32; lh <<= 1)
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            float o = __shfl_xor_sync(KVQ_FULL_MASK, v[e], lh);
+            v[e] = (lane & lh) ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
+        }
+}
+
 /* Records the first error of a kernel into *st (may be NULL). */
 __device__ __forceinline__ void kvq_dev_error(int *st, int code) {
     if (st) atomicCAS(st, 0, code);

@@ -263,27 +263,6 @@ __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
-/* In-place fast Walsh-Hadamard transform of d = 32 * EPT values, lane holding
- * elements lane*EPT + e: the CPU's butterflies, spans 1, 2, 4, ... in order. */
-template <int EPT> __device__ __forceinline__ void fwht_warp(float v[EPT], int lane) {
-#pragma unroll
-    for (int h = 1; h < EPT; h <<= 1)
-#pragma unroll
-        for (int e = 0; e < EPT; e++)
-            if (!(e & h)) {
-                float a = v[e], b = v[e + h];
-                v[e] = __fadd_rn(a, b);
-                v[e + h] = __fsub_rn(a, b);
-            }
-#pragma unroll
-    for (int lh = 1; lh < 32; lh <<= 1)
-#pragma unroll
-        for (int e = 0; e < EPT; e++) {
-            float o = __shfl_xor_sync(KVQ_FULL_MASK, v[e], lh);
-            v[e] = (lane & lh) ? __fsub_rn(o, v[e]) : __fadd_rn(v[e], o);
-        }
-}
-
 /* Strided packing of the d indices in idx (shared) into dst (shared). */
 __device__ __forceinline__ void pack_strided(const uint8_t *idx, int d, int b, uint8_t *dst, int lane) {
     int shift = 0;
