@@ -31,6 +31,9 @@
 #        bench/torch_sdpa.py (every shape) in the same call.
 # prof:  (after table, same machine) ncu profiles and kernel durations of probe on /tmp/b, the chunk sweep (SWEEP=1),
 #        the PyTorch tests.
+# quick: (session 13) base (cuda_attn) and new (test_cuda, cuda_attn) built in parallel, test_cuda --quick on new,
+#        base vs new interleaved (tq-mse:4/4, tq-mse:2/2, q8; every shape; REPS times, default 1), the ncu
+#        profiles on new (and of tq-mse:2/2 on base), the kernel durations at the small shapes on new and base.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -65,8 +68,9 @@ sweep() {
     done
 }
 # kernel durations under ncu (prep, main, window, merge; 2 steps after warm-up) at the small shapes
-kdur() {
-    for sh in "1 32768" "1 131072" "4 131072" "16 32768"; do
+kdur() { # KDUR_SHAPES: "B:CTX ..." (default 1:32768 1:131072 4:131072 16:32768)
+    for bc in ${KDUR_SHAPES:-1:32768 1:131072 4:131072 16:32768}; do
+        local sh="${bc%%:*} ${bc##*:}"
         for pol in tq-mse:4/4 tq-mse:2/2 q8; do
             echo "== $pol $sh"
             timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size \
@@ -264,4 +268,31 @@ if [ "$MODE" = prof ]; then
     tar -czf "$OUT/extra.tgz" -C /tmp/x . 2>/dev/null
     echo "all: $(( $(date +%s) - t0 )) s"
     head -60 "$OUT/ncu_summary.txt"
+fi
+if [ "$MODE" = quick ]; then
+    t0=$(date +%s)
+    ( J=8 build "$BASE" /tmp/bb cuda_attn ) & ( J=8 build "$NEW" /tmp/b test_cuda cuda_attn ) & wait
+    [ -x /tmp/b/test_cuda ] && [ -x /tmp/bb/cuda_attn ] || { echo "build failed"; exit 1; }
+    echo "build: $(( $(date +%s) - t0 )) s"
+    timeout 200 /tmp/b/test_cuda --quick > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | head -20
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for r in $(seq "${REPS:-1}"); do
+        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
+            for v in base new; do
+                b=/tmp/b; [ $v = base ] && b=/tmp/bb
+                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
+            done
+        done
+    done
+    echo "ab: $(( $(date +%s) - t0 )) s"
+    mkdir -p /tmp/x
+    profiles /tmp/b "" > "$OUT/ncu_summary.txt" 2>&1
+    mkdir -p /tmp/x/base2 && timeout 120 bash bench/profile_cuda.sh /tmp/bb /tmp/x/base2 tq-mse:2/2 > /dev/null 2>&1
+    cp /tmp/x/base2/ncu.txt "$OUT/ncu_tq22base.txt"
+    { echo "== new"; KDUR_SHAPES="1:32768 1:131072" kdur /tmp/b; echo "== base"; KDUR_SHAPES="1:32768" kdur /tmp/bb; } > "$OUT/kdur.log" 2>&1
+    echo "all: $(( $(date +%s) - t0 )) s"
+    cat "$OUT/ab.log"
+    cat "$OUT/ncu_summary.txt"
+    grep -E "wavefronts|bank_conflicts|Duration" "$OUT/ncu_tq22base.txt"
 fi
