@@ -287,12 +287,14 @@ if [ "$MODE" = quick ]; then
     done
     echo "ab: $(( $(date +%s) - t0 )) s"
     mkdir -p /tmp/x
-    profiles /tmp/b "" > "$OUT/ncu_summary.txt" 2>&1
-    mkdir -p /tmp/x/base2 && timeout 120 bash bench/profile_cuda.sh /tmp/bb /tmp/x/base2 tq-mse:2/2 > /dev/null 2>&1
-    cp /tmp/x/base2/ncu.txt "$OUT/ncu_tq22base.txt"
+    if [ "${PROF:-1}" = 1 ]; then
+        profiles /tmp/b "" > "$OUT/ncu_summary.txt" 2>&1
+        mkdir -p /tmp/x/base2 && timeout 120 bash bench/profile_cuda.sh /tmp/bb /tmp/x/base2 tq-mse:2/2 > /dev/null 2>&1
+        cp /tmp/x/base2/ncu.txt "$OUT/ncu_tq22base.txt"
+    fi
     { echo "== new"; KDUR_SHAPES="1:32768 1:131072" kdur /tmp/b; echo "== base"; KDUR_SHAPES="1:32768" kdur /tmp/bb; } > "$OUT/kdur.log" 2>&1
     echo "all: $(( $(date +%s) - t0 )) s"
     cat "$OUT/ab.log"
-    cat "$OUT/ncu_summary.txt"
-    grep -E "wavefronts|bank_conflicts|Duration" "$OUT/ncu_tq22base.txt"
+    [ "${PROF:-1}" = 1 ] && cat "$OUT/ncu_summary.txt" && grep -E "wavefronts|bank_conflicts|Duration" "$OUT/ncu_tq22base.txt"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | tail -12
 fi

@@ -60,28 +60,30 @@ __device__ __forceinline__ void merge_query_warp(const AttnParams &p, int s, int
     const int SFd = state_floats(DD);
     const float *base = p.part + (size_t)(((s * p.H + h) * p.QG + qg) * (p.nchunk + 1)) * SFd;
     const int hq = h * p.G + qg * QPB + q;
-    float M = -INFINITY;
-    for (int ch = lane; ch < nused; ch += 32) M = fmaxf(M, __ldcg(base + (size_t)ch * SFd + q));
+    /* lane's chunks' (m, l): the first 32 kept in registers (one round of loads), more re-read */
+    float m0 = -INFINITY, l0 = 0.f, M = -INFINITY;
+    if (lane < nused) m0 = __ldcg(base + (size_t)lane * SFd + q), l0 = __ldcg(base + (size_t)lane * SFd + QPB + q);
+    M = m0;
+    for (int ch = lane + 32; ch < nused; ch += 32) M = fmaxf(M, __ldcg(base + (size_t)ch * SFd + q));
     for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(KVQ_FULL_MASK, M, o));
     float acc[E], L = 0.f;
 #pragma unroll
     for (int e = 0; e < E; e++) acc[e] = 0.f;
     for (int c0 = 0; c0 < nused; c0 += 32) {
         const int ch = c0 + lane;
-        float w = 0.f;
-        if (ch < nused) {
-            const float m = __ldcg(base + (size_t)ch * SFd + q);
-            w = m != -INFINITY ? exp2f(m - M) : 0.f;
-            if (w != 0.f) L += w * __ldcg(base + (size_t)ch * SFd + QPB + q);
-        }
+        float m = m0, l = l0;
+        if (c0 > 0) m = ch < nused ? __ldcg(base + (size_t)ch * SFd + q) : -INFINITY, l = ch < nused ? __ldcg(base + (size_t)ch * SFd + QPB + q) : 0.f;
+        const float w = m != -INFINITY ? exp2f(m - M) : 0.f;
+        L += w * l;
+        /* every used chunk's state is written (finite; 0 where its block saw no token): no branch,
+         * so the unrolled loads are all in flight at once */
         const int n = min(32, nused - c0);
-#pragma unroll 4
+#pragma unroll 8
         for (int j = 0; j < n; j++) {
             const float wj = __shfl_sync(KVQ_FULL_MASK, w, j);
             const float *v = base + (size_t)(c0 + j) * SFd + 2 * QPB + q * DD + lane * E;
-            if (wj != 0.f)
 #pragma unroll
-                for (int e = 0; e < E; e++) acc[e] += wj * __ldcg(v + e);
+            for (int e = 0; e < E; e++) acc[e] += wj * __ldcg(v + e);
         }
     }
     for (int o = 16; o; o >>= 1) L += __shfl_xor_sync(KVQ_FULL_MASK, L, o);
@@ -115,15 +117,17 @@ template <int DD, int NW>
 __device__ __forceinline__ void item_merge_last(const AttnParams &p, const Item &it, int lane, int warp) {
     __shared__ int last;
     const int nused = (p.main_len[it.s] + 16 * p.chunk_tiles - 1) / (16 * p.chunk_tiles);
-    __threadfence(); /* this block's partial state, before the count */
+    /* the block's writes, ordered by the barrier, published by one thread's (cumulative) fence before
+     * the count, as CUTLASS's split-K semaphore does (a fence on every thread was the first version) */
     __syncthreads();
     if (threadIdx.x == 0) {
         const int item = (it.s * p.H + it.h) * p.QG + it.qgrp;
+        __threadfence();
         last = atomicAdd(p.cnt + item, 1) == nused - 1;
+        if (last) __threadfence(); /* the other blocks' states, after their counts */
     }
     __syncthreads();
     if (!last) return;
-    __threadfence(); /* the other blocks' states, after their counts */
     for (int q = warp; q < it.GQ; q += NW) merge_query_warp<DD>(p, it.s, it.h, it.qgrp, q, nused, lane);
 }
 
