@@ -292,7 +292,7 @@ if [ "$MODE" = quick ]; then
         mkdir -p /tmp/x/base2 && timeout 120 bash bench/profile_cuda.sh /tmp/bb /tmp/x/base2 tq-mse:2/2 > /dev/null 2>&1
         cp /tmp/x/base2/ncu.txt "$OUT/ncu_tq22base.txt"
     fi
-    { echo "== new"; KDUR_SHAPES="1:32768 1:131072" kdur /tmp/b; echo "== base"; KDUR_SHAPES="1:32768" kdur /tmp/bb; } > "$OUT/kdur.log" 2>&1
+    { echo "== new"; KDUR_SHAPES="1:32768 16:32768" kdur /tmp/b; echo "== base"; KDUR_SHAPES="1:32768 16:32768" kdur /tmp/bb; } > "$OUT/kdur.log" 2>&1
     echo "all: $(( $(date +%s) - t0 )) s"
     cat "$OUT/ab.log"
     [ "${PROF:-1}" = 1 ] && cat "$OUT/ncu_summary.txt" && grep -E "wavefronts|bank_conflicts|Duration" "$OUT/ncu_tq22base.txt"
