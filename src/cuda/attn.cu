@@ -20,11 +20,6 @@
 
 #include "attn_launch.cuh"
 
-using kvqa::hadamard2_signs;
-using kvqa::hadamard2_warp;
-using kvqa::MergeParams;
-using kvqa::pow2_dim;
-
 #define KVQ_ATTN_DECL_K(KN, KT) KVQ_ATTN_V_FORMATS(KVQ_ATTN_DECL_ONE, KN, KT)
 KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
@@ -393,9 +388,40 @@ struct PrepParams {
     const float *signs, *Q, *S;
     int tabh;     /* heads of signs, Q, S (per-head plans: KV head h's at h x their size) */
     float rs;
-    int *cnt;     /* the fused merge's item counters (AttnParams.cnt), zeroed here; or NULL */
-    int H, QG;
 };
+
+/* The two-round Hadamard rotation of a plan (signs D1, D2; rs = 1 / sqrt d) of the DD
+ * values y in shared memory, on one warp: lane holds y[lane E .. lane E + E), E = DD / 32, with
+ * its signs s1 = D1, s2 = D2 in registers; the butterflies of fwht_warp (shuffles), so no block
+ * barrier (the block-wide transform it replaced took 7 barrier pairs a round: most of the
+ * merge's latency at batch 1). Forward (the query, prep): y = H (s2 rs . H (s1 rs . y));
+ * inverse (the output, merge): y = s1 rs . H (s2 rs . H y). Same operations in the same order
+ * as the block transform: the same floats. */
+template <int DD, bool INV>
+__device__ __forceinline__ void hadamard2_warp(float *y, const float *s1, const float *s2, float rs, int lane) {
+    constexpr int E = DD / 32;
+    float v[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) v[e] = y[lane * E + e];
+    if (!INV)
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] = v[e] * s1[e] * rs;
+    fwht_warp<E>(v, lane);
+#pragma unroll
+    for (int e = 0; e < E; e++) v[e] *= s2[e] * rs;
+    fwht_warp<E>(v, lane);
+    if (INV)
+#pragma unroll
+        for (int e = 0; e < E; e++) v[e] *= s1[e] * rs;
+#pragma unroll
+    for (int e = 0; e < E; e++) y[lane * E + e] = v[e];
+}
+/* Loads lane's signs of the two rounds (sg: 2 DD floats, D1 then D2) for hadamard2_warp. */
+template <int DD> __device__ __forceinline__ void hadamard2_signs(const float *sg, int lane, float *s1, float *s2) {
+#pragma unroll
+    for (int e = 0; e < DD / 32; e++) s1[e] = sg[lane * (DD / 32) + e], s2[e] = sg[DD + lane * (DD / 32) + e];
+}
+__host__ __device__ constexpr bool pow2_dim(int d) { return (d & (d - 1)) == 0; }
 
 /* y = M x (M row-major DD x DD, x in shared memory), one thread per output. */
 template <int DD> __device__ __forceinline__ float matvec_row(const float *M, const float *x, int c) {
@@ -418,8 +444,6 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
     const int th = (hq / pp.G) % pp.tabh; /* the KV head's rotation / QJL tables */
     const float *signs = pp.signs ? pp.signs + (size_t)th * 2 * DD : NULL;
     const float *Qm = pp.Q ? pp.Q + (size_t)th * DD * DD : NULL, *Sm = pp.S ? pp.S + (size_t)th * pp.m * DD : NULL;
-    if (pp.cnt && c == 0 && (hq % pp.G) % kvqa::QPB == 0) /* the item (s, h, group)'s counter */
-        pp.cnt[((size_t)s * pp.H + hq / pp.G) * pp.QG + (hq % pp.G) / kvqa::QPB] = 0;
     const float xs = pp.q[row * DD + c] * pp.scale2;
     pp.qraw[row * DD + c] = xs;
     float x = xs;
@@ -461,6 +485,19 @@ template <int DD> __global__ void __launch_bounds__(DD) prep_kernel(PrepParams p
         for (int i = c; i < pp.m; i += DD) pp.qprep[row * pp.qf + DD + i] = matvec_row<DD>(Sm, y, i);
 }
 
+struct MergeParams {
+    const float *part;
+    float *out;
+    const int32_t *main_len, *win_len;
+    int H, HQ, G, QG, nchunk, chunk_tokens, sf;
+    int rot; /* the V plan's: 0 none, 1 two-round Hadamard, 2 dense (Qt: the transpose) */
+    const float *signs, *Qt;
+    int tabh; /* heads of signs, Qt (per-head plans) */
+    float rs;
+    const float *qconst; /* calibrated K: q . mean per query row (prep), added to the main chunks' m; or NULL */
+    const float *vcal;   /* calibrated V: nh x 4d (mean, -, a, 1 / a), or NULL */
+    int vnh;
+};
 
 /* The merge, one block per query head of MSL x DD threads (issue 17, session 11): slice g of DD
  * threads (one per coordinate) sums the accumulators of chunks g, g + MSL, ...; the chunks' (m, l)
@@ -603,13 +640,13 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
 static int layer_qf(const kvq_cuda_layer *L) { return L->d + (L->k->m > L->d ? L->k->m : L->d); }
 
 /* Workspace floats of a batch with nchunk chunks: prepared queries, scaled queries, partial states,
- * q . mean per query row (calibrated K), then the fused merge's item counters (ints). */
+ * then q . mean per query row (calibrated K). */
 static size_t ws_floats(const kvq_cuda_layer *L, int n_seq, int nchunk, size_t *f_qprep, size_t *f_qraw) {
     const size_t nq = (size_t)n_seq * L->HQ;
     *f_qprep = nq * layer_qf(L);
     *f_qraw = nq * L->d;
-    const size_t items = (size_t)n_seq * L->H * L->QG;
-    return *f_qprep + *f_qraw + items * (nchunk + 1) * kvqa::state_floats(L->d) + (L->k->cal ? nq : 0) + items;
+    return *f_qprep + *f_qraw + (size_t)n_seq * L->H * L->QG * (nchunk + 1) * kvqa::state_floats(L->d) +
+           (L->k->cal ? nq : 0);
 }
 
 extern "C" size_t kvq_cuda_attend_workspace_bytes(const kvq_cuda_layer *L, int n_seq, int max_main_len) {
@@ -693,10 +730,6 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     if (need > ws_bytes) return KVQ_ERR_INVALID_ARG;
     float *qprep = (float *)ws, *qraw = qprep + f_qprep, *part = qraw + f_qraw;
     float *qconst = part + (size_t)b->n_seq * L->H * L->QG * (nchunk + 1) * kvqa::state_floats(L->d);
-    int *cnt = (int *)(qconst + (L->k->cal ? (size_t)b->n_seq * L->HQ : 0));
-    /* the merge by each item's last block (attn_merge_item.cuh): the tensor-core kernels with no window
-     * pass and a Hadamard V rotation or none; else the merge kernel */
-    const bool fuse = !win && !L->gen && nchunk > 0 && fast_dim(L->d) && L->v->rot != 2;
 
     PrepParams pp;
     pp.q = q;
@@ -718,9 +751,6 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     pp.S = L->k->S;
     pp.rs = L->k->rot_s;
     pp.tabh = L->k->tabh > 0 ? L->k->tabh : 1;
-    pp.cnt = fuse ? cnt : NULL;
-    pp.H = L->H;
-    pp.QG = L->QG;
     {
         const int rc = launch_prep(L->d, dim3(L->HQ, b->n_seq), st, pp);
         if (rc) return rc;
@@ -767,6 +797,24 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.wide = L->wide;
     p.wide2 = L->wide2;
     p.pdl = L->pdl;
+    if (nchunk > 0) {
+        int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);
+        if (rc) return rc;
+    }
+    if (win) {
+        kvqa::AttnParams pw = p;
+        pw.nlut = 0;
+        pw.lut_bytes = 0;
+        int rc;
+        if (fast_dim(L->d)) {
+            rc = launch_window(L->d, pw, 1, st);
+        } else { /* the generic kernel on the f16 rings */
+            pw.gk = pw.gv = gen_f16(L->d);
+            pw.gen_win = 1;
+            rc = kvq_attn_launch_gen(pw, 1, st, L->gen_wsmem, NULL);
+        }
+        if (rc) return rc;
+    }
     MergeParams mp;
     mp.part = part;
     mp.out = out;
@@ -787,27 +835,6 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.qconst = L->k->cal ? qconst : NULL;
     mp.vcal = L->v->cal;
     mp.vnh = L->v->nh;
-    p.cnt = fuse ? cnt : NULL;
-    p.mrg = mp;
-    if (nchunk > 0) {
-        int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);
-        if (rc) return rc;
-    }
-    if (fuse) return KVQ_OK; /* merged by each item's last block */
-    if (win) {
-        kvqa::AttnParams pw = p;
-        pw.nlut = 0;
-        pw.lut_bytes = 0;
-        int rc;
-        if (fast_dim(L->d)) {
-            rc = launch_window(L->d, pw, 1, st);
-        } else { /* the generic kernel on the f16 rings */
-            pw.gk = pw.gv = gen_f16(L->d);
-            pw.gen_win = 1;
-            rc = kvq_attn_launch_gen(pw, 1, st, L->gen_wsmem, NULL);
-        }
-        if (rc) return rc;
-    }
     /* one block of merge_slices(nchunk) x d threads per query head; a programmatic dependent of the main pass (or
      * the window pass) where the device takes it: its launch overlaps their end */
     const size_t msm = merge_smem(L->d, nchunk);

@@ -16,15 +16,13 @@
  *           stay in registers (P packed to f16, V's record scale folded in,
  *           transposed to the B fragment by movmatrix).
  * The rotated query and O stay in the method's rotated domain; the merge
- * (the item's last block, attn_merge_item.cuh, or with an f16 window the
- * merge kernel, attn.cu) combines the chunks exactly and applies one
- * inverse rotation per head.
+ * kernel (attn.cu) combines the chunks exactly and applies one inverse
+ * rotation per head.
  */
 #ifndef KVQ_ATTN_KERNEL_CUH
 #define KVQ_ATTN_KERNEL_CUH
 
 #include "attn_block.cuh"
-#include "attn_merge_item.cuh"
 
 namespace kvqa {
 
@@ -50,11 +48,7 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
         t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
         end_pos = len;
     }
-    if (t_begin >= t_end) { /* the merge knows which chunks exist */
-        if constexpr (!WIN)
-            if (p.cnt) item_zero<D, NW>(p, it);
-        return;
-    }
+    if (t_begin >= t_end) return; /* the merge kernel knows which chunks exist */
 
     uint8_t *lut = smem;
     build_luts(lut, p);
@@ -169,8 +163,6 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
         issue(i + STAGES - 1);
     }
     block_merge<VF, NW>(smem + p.lut_bytes, p, it, WIN, sm, O, lane, warp);
-    if constexpr (!WIN)
-        if (p.cnt) item_merge_last<D, NW>(p, it, lane, warp);
 }
 
 } /* namespace kvqa */

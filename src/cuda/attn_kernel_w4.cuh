@@ -19,7 +19,6 @@
 #define KVQ_ATTN_KERNEL_W4_CUH
 
 #include "attn_block.cuh"
-#include "attn_merge_item.cuh"
 
 namespace kvqa {
 
@@ -34,10 +33,7 @@ __global__ void __launch_bounds__(WTraits::NW * 32, 2) attn_kernel_w4(const Attn
     const int s = it.s, h = it.h;
     const int len = p.main_len[s];
     const int t_begin = it.chunk * p.chunk_tiles, t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
-    if (t_begin >= t_end) {
-        if (p.cnt) item_zero<D, NW>(p, it);
-        return;
-    }
+    if (t_begin >= t_end) return;
 
     /* the table (overlapping the prep kernel), then the prepared queries */
     build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
@@ -171,7 +167,6 @@ __global__ void __launch_bounds__(WTraits::NW * 32, 2) attn_kernel_w4(const Attn
         issue(i + STAGES - 1);
     }
     block_merge<VTQ<4>, NW>(smem + WLUT, p, it, false, sm, O, lane, warp);
-    if (p.cnt) item_merge_last<D, NW>(p, it, lane, warp);
 }
 
 } /* namespace kvqa */

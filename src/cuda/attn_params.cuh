@@ -34,22 +34,6 @@ struct GenFmt {
     const float *c1, *c2;
 };
 
-/* What the merge (attn.cu's merge kernel, or an item's last block: attn_merge_item.cuh) reads
- * besides the partial states. */
-struct MergeParams {
-    const float *part;
-    float *out;
-    const int32_t *main_len, *win_len;
-    int H, HQ, G, QG, nchunk, chunk_tokens, sf;
-    int rot; /* the V plan's: 0 none, 1 two-round Hadamard, 2 dense (Qt: the transpose) */
-    const float *signs, *Qt;
-    int tabh; /* heads of signs, Qt (per-head plans) */
-    float rs;
-    const float *qconst; /* calibrated K: q . mean per query row (prep), added to the main chunks' m; or NULL */
-    const float *vcal;   /* calibrated V: nh x 4d (mean, -, a, 1 / a), or NULL */
-    int vnh;
-};
-
 struct AttnParams {
     int n_seq, H, HQ, G, QG;
     int P, max_pages, W;
@@ -74,9 +58,6 @@ struct AttnParams {
     int d, sf;            /* head dim, floats of a partial state (state_floats(d)) */
     GenFmt gk, gv;        /* the generic kernel's K and V formats */
     int gen_win;          /* the generic kernel's window pass (gk, gv: f16 rows of the rings) */
-    int *cnt;             /* fused merge (no window pass): per item (seq, KV head, group) the chunks done, zeroed
-                             by prep; the item's last block merges it (attn_merge_item.cuh); NULL: the merge kernel */
-    MergeParams mrg;      /* the fused merge's parameters */
 };
 
 } /* namespace kvqa */
