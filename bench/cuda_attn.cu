@@ -208,7 +208,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     std::vector<kvq_plan *> kps, vps;
     kvq_cuda_plan *ck = make_plan(pol.k, D, 11, H, kps), *cv = make_plan(pol.v, D, 12, H, vps);
     const kvq_plan *kp = kps[0], *vp = vps[0];
-    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0};
+    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, 0};
     kvq_cuda_layer *L;
     OK(kvq_cuda_layer_create(&L, &cfg));
     if (generic) OK(kvq_cuda_layer_force_generic(L));
@@ -271,7 +271,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         const int warm = 5;
         for (int i = 0; i < warm + runs; i++) {
             const int c = i % copies;
-            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL};
+            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, NULL, NULL};
             CU(cudaEventRecord(e0));
             OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
             CU(cudaEventRecord(e1));

@@ -9,8 +9,9 @@
  *   - kvq_cuda_encode: rows -> records (byte-identical to kvq_encode with the
  *     plan's scalar reference kernels);
  *   - kvq_cuda_layer: one attention layer's policy (K plan, V plan, heads,
- *     page size, f16 window); pages and window rings are device buffers the
- *     caller owns, block tables say which pages a sequence uses;
+ *     page size, f16 window, f16 sink); pages, window rings and sinks are
+ *     device buffers the caller owns, block tables say which pages a sequence
+ *     uses;
  *   - kvq_cuda_attend: one decode step for a batch of sequences of different
  *     lengths: fused split-K attention on the codes, exact merge of the
  *     chunks, one inverse rotation per head.
@@ -95,6 +96,12 @@ KVQ_API int kvq_cuda_encode(const kvq_cuda_plan *plan, const void *x, kvq_dtype 
  * Page p of the pool starts at pool + p * page_bytes.
  * The f16 window: a ring of W slots per (sequence, K/V, head): position pos
  * of sequence s lives at ring + (((s * 2 + kv) * H + h) * W + pos % W) * d f16.
+ * The f16 sink (policy sink=S: the first S positions stay f16 for good):
+ * S rows per (sequence, K/V, head), unrotated like the window: position
+ * pos < S of sequence s at sink + (((s * 2 + kv) * H + h) * S + pos) * d f16.
+ * With a sink the pages hold the positions from S on: position pos >= S is
+ * stored at page position pos - S (block table entry (pos - S) / P, slot
+ * (pos - S) % P); nothing of the first S positions goes to the pages.
  */
 typedef struct kvq_cuda_layer kvq_cuda_layer;
 
@@ -105,16 +112,20 @@ typedef struct kvq_cuda_layer_config {
     int n_q_heads;          /* a positive multiple of H (grouped-query attention) */
     int page_tokens;        /* P, a positive multiple of 16 */
     int window;             /* W: f16 window slots per sequence (0 = none) */
+    int sink;               /* S: f16 sink rows per sequence (0 = none, at most KVQ_SINK_MAX) */
 } kvq_cuda_layer_config;
 
 /* The plans must outlive the layer. KVQ_ERR_UNSUPPORTED for a pair the kernels do not serve;
- * KVQ_ERR_INVALID_ARG for a per-head plan whose head count is not n_kv_heads. */
+ * KVQ_ERR_INVALID_ARG for a per-head plan whose head count is not n_kv_heads, or a sink outside
+ * 0..KVQ_SINK_MAX. */
 KVQ_API int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg);
 KVQ_API void kvq_cuda_layer_free(kvq_cuda_layer *layer);
 /* Bytes of one page (all heads, K and V). */
 KVQ_API size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *layer);
 /* Bytes of the f16 window rings of n_seq sequences. */
 KVQ_API size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *layer, int n_seq);
+/* Bytes of the f16 sinks of n_seq sequences (0 without a sink). */
+KVQ_API size_t kvq_cuda_layer_sink_bytes(const kvq_cuda_layer *layer, int n_seq);
 
 /*
  * Encodes ntok tokens of K (kv = 0) or V (kv = 1) into pages: x (device) is
@@ -132,26 +143,42 @@ KVQ_API int kvq_cuda_store_pages(const kvq_cuda_layer *layer, int kv, void *page
  */
 KVQ_API int kvq_cuda_store_window(const kvq_cuda_layer *layer, int kv, void *window, const void *x, kvq_dtype dtype,
                           size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream);
+/*
+ * Writes ntok tokens as f16 into the sinks, as kvq_cuda_store_window does into
+ * the rings: token i at position pos[i] of sequence seq[i]; a token whose
+ * pos[i] is not below the layer's sink S, or whose seq[i] or pos[i] is
+ * negative, stores nothing (so every appended token may be passed).
+ * KVQ_ERR_INVALID_ARG for a layer without a sink.
+ */
+KVQ_API int kvq_cuda_store_sink(const kvq_cuda_layer *layer, int kv, void *sink, const void *x, kvq_dtype dtype,
+                                size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream);
 
 /* One decode step of a batch of sequences. */
 typedef struct kvq_cuda_batch {
     int n_seq;
     const void *pages;          /* device page pool */
-    const int32_t *block_table; /* device, n_seq x max_pages: page of positions [i*P, (i+1)*P) */
+    const int32_t *block_table; /* device, n_seq x max_pages: page of page positions [i*P, (i+1)*P) */
     int max_pages;
-    const int32_t *main_len;    /* device, n_seq: positions [0, main_len) are in pages */
-    const int32_t *win_len;     /* device, n_seq, or NULL: positions [main_len, main_len + win_len) in the window */
+    /* A sequence's positions, in order: the first sink_len in the sink, the next main_len in pages (page
+     * positions [0, main_len)), the next win_len in the window ring (slot = position % W). */
+    const int32_t *main_len;    /* device, n_seq */
+    const int32_t *win_len;     /* device, n_seq, or NULL (= 0) */
     const void *window;         /* device window rings, or NULL */
     int max_main_len;           /* host: >= every main_len (sizes the grid) */
-    const int32_t *seq_map;     /* device, n_seq, or NULL (= identity): sequence s reads block-table row and window
-                                   ring seq_map[s] (queries, lengths and outputs stay per s): several rows of
+    const int32_t *seq_map;     /* device, n_seq, or NULL (= identity): sequence s reads block-table row, window
+                                   ring and sink seq_map[s] (queries, lengths and outputs stay per s): several rows of
                                    one stored sequence, e.g. causal prefill rows with main_len = t + 1 */
+    const int32_t *sink_len;    /* device, n_seq, or NULL (= 0): at most the layer's S; main_len > 0 needs
+                                   sink_len = S (page position 0 is position S) */
+    const void *sink;           /* device sinks, or NULL */
 } kvq_cuda_batch;
 
 /*
  * out[s][hq][:] = softmax(scale * q . K) V for the query q[s][hq][:] of each
  * sequence (device, n_seq x n_q_heads x d floats, same for out) over all its
- * positions, pages then window. A sequence with no position gets zeros.
+ * positions: sink, pages, window. A sequence with no position gets zeros.
+ * KVQ_ERR_INVALID_ARG for win_len without window rings (or a layer without a
+ * window), sink_len without sinks (or a layer without a sink).
  * The layer keeps a device workspace, grown on demand (the growth
  * synchronises; kvq_cuda_layer_reserve grows it ahead): calls on one layer
  * must not overlap. While `stream` is being captured into a CUDA graph a

@@ -269,13 +269,13 @@ def engine() -> ctypes.CDLL:
 # ---------------------------------------------------------------- libkvq-cuda (include/kvq_cuda.h)
 class CudaLayerConfig(Structure):
     _fields_ = [("k", c_void_p), ("v", c_void_p), ("n_kv_heads", c_int), ("n_q_heads", c_int),
-                ("page_tokens", c_int), ("window", c_int)]
+                ("page_tokens", c_int), ("window", c_int), ("sink", c_int)]
 
 
 class CudaBatch(Structure):
     _fields_ = [("n_seq", c_int), ("pages", c_void_p), ("block_table", c_void_p), ("max_pages", c_int),
                 ("main_len", c_void_p), ("win_len", c_void_p), ("window", c_void_p), ("max_main_len", c_int),
-                ("seq_map", c_void_p)]
+                ("seq_map", c_void_p), ("sink_len", c_void_p), ("sink", c_void_p)]
 
 
 _CUDA = {
@@ -289,8 +289,10 @@ _CUDA = {
     "kvq_cuda_layer_free": (None, [_VP]),
     "kvq_cuda_layer_page_bytes": (_SZ, [_VP]),
     "kvq_cuda_layer_window_bytes": (_SZ, [_VP, c_int]),
+    "kvq_cuda_layer_sink_bytes": (_SZ, [_VP, c_int]),
     "kvq_cuda_store_pages": (c_int, [_VP, c_int, _VP, _VP, c_int, _SZ, _VP, _VP, _VP]),
     "kvq_cuda_store_window": (c_int, [_VP, c_int, _VP, _VP, c_int, _SZ, _VP, _VP, _VP, _VP]),
+    "kvq_cuda_store_sink": (c_int, [_VP, c_int, _VP, _VP, c_int, _SZ, _VP, _VP, _VP, _VP]),
     "kvq_cuda_attend": (c_int, [_VP, POINTER(CudaBatch), _VP, c_float, _VP, _VP]),
     "kvq_cuda_attend_workspace_bytes": (_SZ, [_VP, c_int, c_int]),
     "kvq_cuda_layer_reserve": (c_int, [_VP, c_int, c_int]),

@@ -6,9 +6,12 @@ CUDA tensors (libkvq-cuda, include/kvq_cuda.h; loaded on the first CUDA call):
   the bytes of the CPU codec's scalar reference;
 - ``torch.ops.kvq.store_pages(pages, x, dst, layer, kv, status)``: tokens (ntok, H, d) into paged records;
 - ``torch.ops.kvq.store_window(window, x, seq, pos, layer, kv, status)``: tokens into the f16 window rings;
+- ``torch.ops.kvq.store_sink(sink, x, seq, pos, layer, kv, status)``: tokens at positions below the layer's
+  sink S into the f16 sinks (policy ``sink=S``: the first S positions stay f16 for good);
 - ``torch.ops.kvq.attend(q, pages, block_table, main_len, win_len, window, layer, scale, max_main_len,
-  seq_map)``: one decode step, the paged split-K attention on the codes with the exact merge of the
-  chunks (seq_map: rows sharing a stored sequence, e.g. causal prefill rows).
+  seq_map, sink_len, sink)``: one decode step, the paged split-K attention on the codes with the exact
+  merge of the chunks (seq_map: rows sharing a stored sequence, e.g. causal prefill rows; sink_len: the
+  first positions of each row in the sink, the pages then holding positions S..).
 
 They run on ``torch.cuda.current_stream()``, take their workspace from PyTorch's caching allocator,
 never synchronise or copy to the host, and can be captured in a CUDA graph (``torch.cuda.graph``):
@@ -42,7 +45,7 @@ from .codec import Plan
 
 __all__ = [
     "CudaPlan", "CudaLayer", "cuda_available", "check_status", "new_status", "plan_key",
-    "encode", "decode", "score", "accumulate", "unrotate", "store_pages", "store_window", "attend",
+    "encode", "decode", "score", "accumulate", "unrotate", "store_pages", "store_window", "store_sink", "attend",
     "SERVED_ATTENTION",
 ]
 
@@ -50,7 +53,8 @@ __all__ = [
 SERVED_ATTENTION = ("head dims 32, 64, 96, 128, 256, f16 or f32 scales; K in f16, q8, tq-mse:1..8, rvq:1..4, "
                     "tq-prod, qjl, tcq:1..4; V in f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (options +norot, +scale=norm, +cb=gauss); "
                     "the tensor-core kernels at 128 for K tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl (m = d), f16, q8, "
-                    "the generic kernel for the rest; each also with +center / +chscale (calibrated plans)")
+                    "the generic kernel for the rest; each also with +center / +chscale (calibrated plans); f16 window "
+                    "rings and f16 sinks (policy sink=S)")
 
 _DTYPE_CODE = {torch.float32: 0, torch.float16: 1}
 
@@ -192,17 +196,19 @@ class CudaPlan:
 
 class CudaLayer:
     """One attention layer's policy on the device (kvq_cuda_layer_create): K and V plans, heads,
-    page size P (a multiple of 16), f16 window slots W.
+    page size P (a multiple of 16), f16 window slots W, f16 sink rows S (0..1024).
 
-    Page pools, block tables and window rings are tensors the caller owns (see docs/CUDA.md for
-    their layouts): ``page_bytes`` per page (all heads, K and V), ``window_bytes(n_seq)`` for the
-    rings. UnsupportedError (naming what is served) for a pair the kernels do not serve.
+    Page pools, block tables, window rings and sinks are tensors the caller owns (see docs/CUDA.md
+    for their layouts): ``page_bytes`` per page (all heads, K and V), ``window_bytes(n_seq)`` for the
+    rings, ``sink_bytes(n_seq)`` for the sinks ((n_seq, 2, H, S, d) f16; with a sink, position p >= S
+    is stored at page position p - S). UnsupportedError (naming what is served) for a pair the
+    kernels do not serve.
     """
 
     def __init__(self, k: CudaPlan, v: CudaPlan, n_kv_heads: int, n_q_heads: int, page_tokens: int,
-                 window: int = 0) -> None:
+                 window: int = 0, sink: int = 0) -> None:
         lib = _cuda_lib()
-        cfg = _lib.CudaLayerConfig(k.key, v.key, n_kv_heads, n_q_heads, page_tokens, window)
+        cfg = _lib.CudaLayerConfig(k.key, v.key, n_kv_heads, n_q_heads, page_tokens, window, sink)
         out = ctypes.c_void_p()
         with torch.cuda.device(k.device):
             rc = lib.kvq_cuda_layer_create(ctypes.byref(out), ctypes.byref(cfg))
@@ -214,7 +220,7 @@ class CudaLayer:
         self.k, self.v = k, v  # the plans must outlive the layer
         self.device = k.device
         self.n_kv_heads, self.n_q_heads = n_kv_heads, n_q_heads
-        self.page_tokens, self.window = page_tokens, window
+        self.page_tokens, self.window, self.sink = page_tokens, window, sink
         self.head_dim = k.dim
         self._ptr: Optional[int] = out.value
         self.page_bytes = int(lib.kvq_cuda_layer_page_bytes(out.value))
@@ -229,6 +235,10 @@ class CudaLayer:
     def window_bytes(self, n_seq: int) -> int:
         """Bytes of the f16 window rings of n_seq sequences (0 without a window)."""
         return int(_lib.cuda().kvq_cuda_layer_window_bytes(self.key, n_seq))
+
+    def sink_bytes(self, n_seq: int) -> int:
+        """Bytes of the f16 sinks of n_seq sequences (0 without a sink)."""
+        return int(_lib.cuda().kvq_cuda_layer_sink_bytes(self.key, n_seq))
 
     def workspace_bytes(self, n_seq: int, max_main_len: int) -> int:
         """Workspace of an attend() of at most n_seq sequences and max_main_len (a bound)."""
@@ -248,7 +258,7 @@ class CudaLayer:
 
     def __repr__(self) -> str:
         return (f"<kvq.torch.CudaLayer K {self.k.spec!r} V {self.v.spec!r} H={self.n_kv_heads} "
-                f"HQ={self.n_q_heads} P={self.page_tokens} W={self.window}>")
+                f"HQ={self.n_q_heads} P={self.page_tokens} W={self.window} S={self.sink}>")
 
 
 def new_status(device: Union[torch.device, str, int, None] = None) -> torch.Tensor:
@@ -316,25 +326,37 @@ def _store_pages_impl(pages: torch.Tensor, x: torch.Tensor, dst: torch.Tensor, l
               "kvq_cuda_store_pages")
 
 
-def _store_window_impl(window: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, layer: int,
-                       kv: int, status: torch.Tensor) -> None:
-    L = _REG.get(layer, CudaLayer, "kvq::store_window layer")
+def _store_f16(what: str, buf: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, layer: int,
+               kv: int, status: torch.Tensor) -> None:
+    """kvq::store_window (the rings) and kvq::store_sink (the sinks): tokens as f16 rows."""
+    L = _REG.get(layer, CudaLayer, f"kvq::{what} layer")
     _cuda_tensor(x, "x", (torch.float32, torch.float16), 3)
     _cuda_tensor(seq, "seq", (torch.int32,), 1)
     _cuda_tensor(pos, "pos", (torch.int32,), 1)
     if x.shape[1] != L.n_kv_heads or x.shape[2] != L.head_dim or seq.shape[0] != x.shape[0] \
             or pos.shape[0] != x.shape[0]:
-        raise InvalidArgumentError("store_window: x (ntok, H, d), seq (ntok,) and pos (ntok,) do not match",
+        raise InvalidArgumentError(f"{what}: x (ntok, H, d), seq (ntok,) and pos (ntok,) do not match",
                                    status=-2)
     if x.shape[0]:
-        check(_lib.cuda().kvq_cuda_store_window(L.key, kv, window.data_ptr(), x.data_ptr(), _DTYPE_CODE[x.dtype],
-                                                x.shape[0], seq.data_ptr(), pos.data_ptr(), status.data_ptr(),
-                                                _stream(x)), "kvq_cuda_store_window")
+        fn = f"kvq_cuda_{what}"
+        check(getattr(_lib.cuda(), fn)(L.key, kv, buf.data_ptr(), x.data_ptr(), _DTYPE_CODE[x.dtype], x.shape[0],
+                                       seq.data_ptr(), pos.data_ptr(), status.data_ptr(), _stream(x)), fn)
+
+
+def _store_window_impl(window: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, layer: int,
+                       kv: int, status: torch.Tensor) -> None:
+    _store_f16("store_window", window, x, seq, pos, layer, kv, status)
+
+
+def _store_sink_impl(sink: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, layer: int,
+                     kv: int, status: torch.Tensor) -> None:
+    _store_f16("store_sink", sink, x, seq, pos, layer, kv, status)
 
 
 def _attend_impl(q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor, main_len: torch.Tensor,
                  win_len: Optional[torch.Tensor], window: Optional[torch.Tensor], layer: int, scale: float,
-                 max_main_len: int, seq_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 max_main_len: int, seq_map: Optional[torch.Tensor] = None, sink_len: Optional[torch.Tensor] = None,
+                 sink: Optional[torch.Tensor] = None) -> torch.Tensor:
     L = _REG.get(layer, CudaLayer, "kvq::attend layer")
     _cuda_tensor(q, "q", (torch.float32,), 3)
     _cuda_tensor(block_table, "block_table", (torch.int32,), 2)
@@ -351,6 +373,10 @@ def _attend_impl(q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor
         _cuda_tensor(win_len, "win_len", (torch.int32,), 1)
         if window is None:
             raise InvalidArgumentError("attend: win_len given without window", status=-2)
+    if sink_len is not None:
+        _cuda_tensor(sink_len, "sink_len", (torch.int32,), 1)
+        if sink is None or sink_len.shape[0] != n_seq:
+            raise InvalidArgumentError("attend: sink_len needs sink and n_seq entries", status=-2)
     out = torch.empty_like(q)
     if n_seq == 0:
         return out
@@ -358,7 +384,8 @@ def _attend_impl(q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor
     wsb = int(lib.kvq_cuda_attend_workspace_bytes(L.key, n_seq, max_main_len))
     ws = torch.empty(wsb, dtype=torch.uint8, device=q.device)
     b = _lib.CudaBatch(n_seq, pages.data_ptr(), block_table.data_ptr(), block_table.shape[1], main_len.data_ptr(),
-                       _ptr_or_none(win_len), _ptr_or_none(window), max_main_len, _ptr_or_none(seq_map))
+                       _ptr_or_none(win_len), _ptr_or_none(window), max_main_len, _ptr_or_none(seq_map),
+                       _ptr_or_none(sink_len), _ptr_or_none(sink))
     check(lib.kvq_cuda_attend_ws(L.key, ctypes.byref(b), q.data_ptr(), scale, out.data_ptr(), ws.data_ptr(), wsb,
                                  _stream(q)), "kvq_cuda_attend_ws")
     return out
@@ -439,9 +466,12 @@ def _define() -> Dict[str, object]:
     lib_ops["store_window"] = cl("kvq::store_window", _store_window_impl, mutates_args=("window", "status"),
                                  device_types="cuda")
     lib_ops["store_window"].register_fake(lambda window, x, seq, pos, layer, kv, status: None)
+    lib_ops["store_sink"] = cl("kvq::store_sink", _store_sink_impl, mutates_args=("sink", "status"),
+                               device_types="cuda")
+    lib_ops["store_sink"].register_fake(lambda sink, x, seq, pos, layer, kv, status: None)
     op = cl("kvq::attend", _attend_impl, mutates_args=(), device_types="cuda")
     op.register_fake(lambda q, pages, block_table, main_len, win_len, window, layer, scale, max_main_len,
-                     seq_map=None: torch.empty_like(q))
+                     seq_map=None, sink_len=None, sink=None: torch.empty_like(q))
     lib_ops["attend"] = op
 
     op = cl("kvq::encode", _encode_impl, mutates_args=(), device_types="cpu")
@@ -568,13 +598,22 @@ def store_window(layer: CudaLayer, window: torch.Tensor, x: torch.Tensor, seq: t
     torch.ops.kvq.store_window(window, x, seq, pos, layer.key, kv, status)
 
 
+def store_sink(layer: CudaLayer, sink: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
+               kv: int, status: torch.Tensor) -> None:
+    """Writes the tokens of x (ntok, H, d) at positions pos[i] < S as f16 into the sinks (sequence seq[i]);
+    the others store nothing."""
+    torch.ops.kvq.store_sink(sink, x, seq, pos, layer.key, kv, status)
+
+
 def attend(layer: CudaLayer, q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor,
            main_len: torch.Tensor, scale: float, max_main_len: int, win_len: Optional[torch.Tensor] = None,
-           window: Optional[torch.Tensor] = None, seq_map: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """One decode step: out (n_seq, HQ, d) float32 = softmax(scale q.K) V over positions [0, main_len) in
-    pages (block_table (rows, max_pages) int32) then [main_len, main_len + win_len) in the window rings.
+           window: Optional[torch.Tensor] = None, seq_map: Optional[torch.Tensor] = None,
+           sink_len: Optional[torch.Tensor] = None, sink: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """One decode step: out (n_seq, HQ, d) float32 = softmax(scale q.K) V over a row's positions: the first
+    sink_len (n_seq,) int32 in the sinks (None: 0), the next main_len in pages (page positions [0, main_len),
+    block_table (rows, max_pages) int32), the next win_len in the window rings.
     max_main_len (host) bounds every main_len and sizes the grid (use the capacity under a CUDA graph).
-    seq_map (n_seq,) int32: the block-table row and ring of each query row (None: row s is sequence s),
+    seq_map (n_seq,) int32: the block-table row, ring and sink of each query row (None: row s is sequence s),
     e.g. the causal rows of a prefill, main_len = t + 1, sharing their sequence's pages."""
     return torch.ops.kvq.attend(q, pages, block_table, main_len, win_len, window, layer.key, float(scale),
-                                int(max_main_len), seq_map)
+                                int(max_main_len), seq_map, sink_len, sink)

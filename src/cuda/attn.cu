@@ -3,7 +3,7 @@
  * storing tokens into pages and window rings, and one decode step:
  *   prep   (query x scale x log2 e, rotated by the K plan, S q~ for QJL keys)
  *   main   (attn_launch.cuh: split-K over the pages, one partial state per chunk)
- *   window (the f16 ring, unrotated queries, one more partial state)
+ *   window (the f16 rows: the sink's, then the ring's; unrotated queries, one more partial state)
  *   merge  (exact: M = max m_c, l = sum 2^(m_c - M) l_c, acc likewise;
  *           one inverse rotation of the main accumulator per query head).
  * Calibrated plans (+center, +chscale; m_center.c, docs/CUDA.md "Calibrated plans"): the records
@@ -43,6 +43,7 @@ using kvqa::QPB;
 struct kvq_cuda_layer {
     const kvq_cuda_plan *k, *v;
     int H, HQ, G, QG, P, W;
+    int S; /* f16 sink rows per sequence */
     int kfmt, vfmt;
     size_t kb, vb, page_bytes;
     kvqa::launch_fn fn;
@@ -176,7 +177,7 @@ static void set_generic(kvq_cuda_layer *L, const kvqa::GenFmt *gk, const kvqa::G
 extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_config *cfg) {
     if (!out || !cfg || !cfg->k || !cfg->v) return KVQ_ERR_NULL;
     if (cfg->n_kv_heads <= 0 || cfg->n_q_heads <= 0 || cfg->n_q_heads % cfg->n_kv_heads || cfg->page_tokens <= 0 ||
-        cfg->page_tokens % 16 || cfg->window < 0)
+        cfg->page_tokens % 16 || cfg->window < 0 || cfg->sink < 0 || cfg->sink > KVQ_SINK_MAX)
         return KVQ_ERR_INVALID_ARG;
     if (cfg->v->kind == KVQ_LAY_TQPROD || cfg->v->kind == KVQ_LAY_QJL) return KVQ_ERR_NO_DECODE;
     if (cfg->k->d != cfg->v->d) return KVQ_ERR_INVALID_ARG;
@@ -205,6 +206,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     L->QG = (L->G + QPB - 1) / QPB;
     L->P = cfg->page_tokens;
     L->W = cfg->window;
+    L->S = cfg->sink;
     L->kfmt = kf;
     L->vfmt = vf;
     L->kb = cfg->k->code_bytes;
@@ -257,7 +259,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
         rc = L->fn(q, 0, 0, &L->nw, &L->smem, &L->occ);
     }
     if (!rc && L->occ < 1) rc = KVQ_ERR_UNSUPPORTED; /* does not fit the device */
-    if (!rc && L->W > 0 && fast_dim(d)) {
+    if (!rc && (L->W > 0 || L->S > 0) && fast_dim(d)) {
         q.lut_bytes = 0; /* the window pass builds no table */
         rc = launch_window(d, q, 0, 0);
     }
@@ -314,6 +316,9 @@ extern "C" size_t kvq_cuda_layer_page_bytes(const kvq_cuda_layer *L) { return L 
 extern "C" size_t kvq_cuda_layer_window_bytes(const kvq_cuda_layer *L, int n_seq) {
     return L && n_seq > 0 ? (size_t)n_seq * 2 * L->H * L->W * L->d * 2 : 0;
 }
+extern "C" size_t kvq_cuda_layer_sink_bytes(const kvq_cuda_layer *L, int n_seq) {
+    return L && n_seq > 0 ? (size_t)n_seq * 2 * L->H * L->S * L->d * 2 : 0;
+}
 
 extern "C" int kvq_cuda_store_pages(const kvq_cuda_layer *L, int kv, void *pages, const void *x, kvq_dtype dtype,
                                     size_t ntok, const int32_t *dst, int *dev_status, void *stream) {
@@ -331,16 +336,18 @@ extern "C" int kvq_cuda_store_pages(const kvq_cuda_layer *L, int kv, void *pages
                                   (cudaStream_t)stream);
 }
 
-/* One thread per value: value c of row (token t, head h), d per row. */
-__global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, long long n, int d, int H, int W, int kv,
-                                    const int32_t *seq, const int32_t *pos, int *st) {
+/* One thread per value: value c of row (token t, head h), d per row, into an f16 buffer of N rows
+ * per (sequence, K/V, head): a ring (position pos at slot pos % N) or a sink (pos < N at row pos,
+ * later positions not stored). */
+__global__ void store_f16_kernel(uint16_t *buf, const void *x, int f16in, long long n, int d, int H, int N, int ring,
+                                 int kv, const int32_t *seq, const int32_t *pos, int *st) {
     const long long gi = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     const long long row = gi / d;
     const int c = (int)(gi - row * d);
     if (row >= n) return;
     const long long t = row / H;
     const int h = (int)(row - t * H);
-    if (seq[t] < 0 || pos[t] < 0) return; /* padding entry: nothing stored */
+    if (seq[t] < 0 || pos[t] < 0 || (!ring && pos[t] >= N)) return; /* padding entry, or past the sink */
     float v;
     int bad = 0;
     if (f16in) {
@@ -356,23 +363,34 @@ __global__ void store_window_kernel(uint16_t *ring, const void *x, int f16in, lo
         kvq_dev_error(st, bad);
         return;
     }
-    const size_t off = (((size_t)seq[t] * 2 + kv) * H + h) * W + (size_t)(pos[t] % W);
+    const size_t off = (((size_t)seq[t] * 2 + kv) * H + h) * N + (size_t)(ring ? pos[t] % N : pos[t]);
     /* a 16-bit store of the bits (a memcpy from the __half stored its low byte as
      * F2I.U8.F16 of the value with nvcc 13.0, sm_90: see store_scale in encode.cu) */
-    ring[off * d + c] = __half_as_ushort(__float2half_rn(v));
+    buf[off * d + c] = __half_as_ushort(__float2half_rn(v));
+}
+
+/* kvq_cuda_store_window (ring = 1, N = W) and kvq_cuda_store_sink (ring = 0, N = S). */
+static int store_f16(const kvq_cuda_layer *L, int kv, void *buf, int N, int ring, const void *x, kvq_dtype dtype,
+                     size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream) {
+    if (!L || (ntok && (!buf || !x || !seq || !pos))) return KVQ_ERR_NULL;
+    if ((kv != 0 && kv != 1) || N <= 0 || (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16))
+        return KVQ_ERR_INVALID_ARG;
+    if (!ntok) return KVQ_OK;
+    const long long rows = (long long)ntok * L->H, vals = rows * L->d;
+    store_f16_kernel<<<(unsigned)((vals + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+        (uint16_t *)buf, x, dtype == KVQ_DTYPE_F16, rows, L->d, L->H, N, ring, kv, seq, pos, dev_status);
+    return kvq_cuda_status(cudaGetLastError());
 }
 
 extern "C" int kvq_cuda_store_window(const kvq_cuda_layer *L, int kv, void *window, const void *x, kvq_dtype dtype,
                                      size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status,
                                      void *stream) {
-    if (!L || (ntok && (!window || !x || !seq || !pos))) return KVQ_ERR_NULL;
-    if ((kv != 0 && kv != 1) || L->W <= 0 || (dtype != KVQ_DTYPE_F32 && dtype != KVQ_DTYPE_F16))
-        return KVQ_ERR_INVALID_ARG;
-    if (!ntok) return KVQ_OK;
-    const long long rows = (long long)ntok * L->H, vals = rows * L->d;
-    store_window_kernel<<<(unsigned)((vals + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
-        (uint16_t *)window, x, dtype == KVQ_DTYPE_F16, rows, L->d, L->H, L->W, kv, seq, pos, dev_status);
-    return kvq_cuda_status(cudaGetLastError());
+    return store_f16(L, kv, window, L ? L->W : 0, 1, x, dtype, ntok, seq, pos, dev_status, stream);
+}
+
+extern "C" int kvq_cuda_store_sink(const kvq_cuda_layer *L, int kv, void *sink, const void *x, kvq_dtype dtype,
+                                   size_t ntok, const int32_t *seq, const int32_t *pos, int *dev_status, void *stream) {
+    return store_f16(L, kv, sink, L ? L->S : 0, 0, x, dtype, ntok, seq, pos, dev_status, stream);
 }
 
 /* ---- decode step -------------------------------------------------------------- */
@@ -497,6 +515,7 @@ struct MergeParams {
     const float *qconst; /* calibrated K: q . mean per query row (prep), added to the main chunks' m; or NULL */
     const float *vcal;   /* calibrated V: nh x 4d (mean, -, a, 1 / a), or NULL */
     int vnh;
+    const int32_t *sink_len; /* NULL, or the sink rows of each sequence (the window pass reads them) */
 };
 
 /* The merge, one block per query head of MSL x DD threads (issue 17, session 11): slice g of DD
@@ -522,7 +541,8 @@ template <int DD, int MSL> __global__ void __launch_bounds__(DD * MSL) merge_q_k
     /* before the wait: what no kernel of this step writes (the lengths, written before prep started,
      * which the main pass and this launch follow; the V rotation's signs) */
     const int len = mp.main_len[s];
-    const bool win = mp.win_len && mp.win_len[s] > 0;
+    /* the window pass's state exists: it had f16 rows (the sink's, the ring's) */
+    const bool win = (mp.win_len && mp.win_len[s] > 0) || (mp.sink_len && mp.sink_len[s] > 0);
     const int th = h % mp.tabh; /* the KV head's rotation */
     float sg1[DD / 32], sg2[DD / 32]; /* the first warp's signs of the inverse rotation */
     if (pow2_dim(DD) && mp.rot == 1 && t < 32) hadamard2_signs<DD>(mp.signs + (size_t)th * 2 * DD, t, sg1, sg2);
@@ -716,6 +736,8 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     if (b->max_main_len > 0 && (!b->pages || !b->block_table || b->max_pages <= 0)) return KVQ_ERR_NULL;
     const bool win = b->win_len != NULL && L->W > 0;
     if (b->win_len && (!b->window || L->W <= 0)) return KVQ_ERR_INVALID_ARG;
+    const bool sink = b->sink_len != NULL;
+    if (sink && (!b->sink || L->S <= 0)) return KVQ_ERR_INVALID_ARG;
     const int tiles = (b->max_main_len + 15) / 16;
     const int ct = layer_chunk_tiles(L, b->n_seq, b->max_main_len);
     const int nchunk = tiles ? (tiles + ct - 1) / ct : 0;
@@ -797,18 +819,21 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.wide = L->wide;
     p.wide2 = L->wide2;
     p.pdl = L->pdl;
+    p.sink_len = sink ? b->sink_len : NULL;
+    p.sink = (const uint8_t *)b->sink;
+    p.S = L->S;
     if (nchunk > 0) {
         int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);
         if (rc) return rc;
     }
-    if (win) {
+    if (win || sink) { /* the f16 rows: the sink's, then the ring's */
         kvqa::AttnParams pw = p;
         pw.nlut = 0;
         pw.lut_bytes = 0;
         int rc;
         if (fast_dim(L->d)) {
             rc = launch_window(L->d, pw, 1, st);
-        } else { /* the generic kernel on the f16 rings */
+        } else { /* the generic kernel on the f16 rows */
             pw.gk = pw.gv = gen_f16(L->d);
             pw.gen_win = 1;
             rc = kvq_attn_launch_gen(pw, 1, st, L->gen_wsmem, NULL);
@@ -835,6 +860,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     mp.qconst = L->k->cal ? qconst : NULL;
     mp.vcal = L->v->cal;
     mp.vnh = L->v->nh;
+    mp.sink_len = p.sink_len;
     /* one block of merge_slices(nchunk) x d threads per query head; a programmatic dependent of the main pass (or
      * the window pass) where the device takes it: its launch overlaps their end */
     const size_t msm = merge_smem(L->d, nchunk);

@@ -1,6 +1,6 @@
 /*
  * The classic fused split-K decode attention kernel (docs/CUDA.md), for
- * every (K, V) format pair and the f16 window (WIN).
+ * every (K, V) format pair and the f16 window pass (WIN: the sink and ring rows).
  *
  * Work item = (sequence, KV head, group of <= 8 query heads, chunk of the
  * context); one block of NW warps per item. Each warp walks tiles of 16
@@ -35,13 +35,14 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
     const Item it = block_item(p);
     const int s = it.s, h = it.h;
 
-    int t_begin, t_end, pos_base = 0, end_pos;
-    if (WIN) {
-        const int wl = p.win_len ? p.win_len[s] : 0;
+    int t_begin, t_end, pos_base = 0, end_pos, sl = 0;
+    if (WIN) { /* the f16 rows: the sink's, then the ring's (f16_row) */
+        sl = p.sink_len ? p.sink_len[s] : 0;
+        const int nf = sl + (p.win_len ? p.win_len[s] : 0);
         pos_base = p.main_len[s];
         t_begin = 0;
-        t_end = (wl + 15) >> 4;
-        end_pos = wl; /* positions relative to pos_base */
+        t_end = (nf + 15) >> 4;
+        end_pos = nf; /* rows of the window pass */
     } else {
         const int len = p.main_len[s];
         t_begin = it.chunk * p.chunk_tiles;
@@ -68,24 +69,19 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
     uint8_t *stage = smem + p.lut_bytes + warp * STAGES * TILE;
     const int my_n = warp_tiles(t_begin, t_end, warp, NW);
 
-    const uint8_t *ring_k = nullptr, *ring_v = nullptr;
     /* block-table entries of this warp's tiles, one per lane (chunk_tiles <= 32 * NW) */
     unsigned long long my_pgoff = 0;
     int my_slot = 0;
     if (!WIN && lane < my_n) tile_page(p, it.r, t_begin + warp + lane * NW, my_pgoff, my_slot);
     const uint8_t *kbase = p.pages + (size_t)h * p.krun, *vbase = p.pages + p.kv_off_v + (size_t)h * p.vrun;
-    if (WIN) {
-        ring_k = p.window + ((size_t)(it.r * 2 + 0) * p.H + h) * p.W * (2 * D);
-        ring_v = p.window + ((size_t)(it.r * 2 + 1) * p.H + h) * p.W * (2 * D);
-    }
     auto issue = [&](int i) {
         if (i < my_n) {
             uint8_t *dst = stage + (i % STAGES) * TILE;
             const int tile = t_begin + warp + i * NW;
             const int pos0 = tile * 16, nvalid = min(16, end_pos - pos0);
             if (WIN) {
-                load_window<D>(dst, ring_k, p.W, pos_base + pos0, nvalid, lane);
-                load_window<D>(dst + 16 * KF::BYTES, ring_v, p.W, pos_base + pos0, nvalid, lane);
+                load_f16_rows<D>(dst, p, it.r, h, 0, sl, pos_base, pos0, nvalid, lane);
+                load_f16_rows<D>(dst + 16 * KF::BYTES, p, it.r, h, 1, sl, pos_base, pos0, nvalid, lane);
             } else {
                 const unsigned long long pgoff = __shfl_sync(KVQ_FULL_MASK, my_pgoff, i & 31);
                 const int slot0 = __shfl_sync(KVQ_FULL_MASK, my_slot, i & 31);

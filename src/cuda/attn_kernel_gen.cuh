@@ -10,7 +10,7 @@
  * kernel: one block of GNT threads per (sequence, KV head, group of <= 8
  * query heads, chunk). Per tile of GT = 32 tokens:
  *   1. K decode: warp w decodes tokens w, w + 4, ... (lane = coordinate) from
- *      the field-major page (or the f16 window ring) into a row of f32 in
+ *      the field-major page (or the f16 rows of the sink and ring) into a row of f32 in
  *      shared memory: the values the prepared query is dotted with
  *      (tq-prod: D centroid values, then m scaled signs on S q~);
  *   2. scores and the online softmax: warp w takes queries w and w + 4, lane
@@ -103,13 +103,13 @@ KVQ_HD float gen_value(const GenFmt &F, const uint8_t *run, int P, int slot, int
 }
 
 /* Where token tok of the item lives: the run of its head's records and its slot (pages), or its
- * window row (P = 0, slot 0). */
+ * f16 row of the window pass (f16_row: the sink's, then the ring's; P = 0, slot 0). */
 __device__ __forceinline__ const uint8_t *gen_token(const AttnParams &p, const Item &it, bool win, int tok, bool vside,
                                                     int &slot) {
     if (win) {
         slot = 0;
-        const uint8_t *ring = p.window + ((size_t)(it.r * 2 + (vside ? 1 : 0)) * p.H + it.h) * p.W * (2 * p.d);
-        return ring + (size_t)((p.main_len[it.s] + tok) % p.W) * (2 * p.d);
+        const int sl = p.sink_len ? p.sink_len[it.s] : 0;
+        return f16_row(p, it.r, it.h, vside ? 1 : 0, sl, p.main_len[it.s], tok, 2 * p.d);
     }
     const int pi = tok / p.P;
     slot = tok - pi * p.P;
@@ -128,7 +128,7 @@ template <int D> __global__ void __launch_bounds__(GNT) attn_kernel_gen(const At
     int t_begin, t_end;
     if (win) {
         t_begin = 0;
-        t_end = p.win_len ? p.win_len[it.s] : 0;
+        t_end = (p.sink_len ? p.sink_len[it.s] : 0) + (p.win_len ? p.win_len[it.s] : 0); /* the f16 rows */
     } else {
         const int ctok = 16 * p.chunk_tiles;
         t_begin = it.chunk * ctok;

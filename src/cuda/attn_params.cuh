@@ -57,7 +57,10 @@ struct AttnParams {
     int pdl;              /* the device takes programmatic dependent launches (sm_90+) */
     int d, sf;            /* head dim, floats of a partial state (state_floats(d)) */
     GenFmt gk, gv;        /* the generic kernel's K and V formats */
-    int gen_win;          /* the generic kernel's window pass (gk, gv: f16 rows of the rings) */
+    int gen_win;          /* the generic kernel's window pass (gk, gv: f16 rows of the sinks and rings) */
+    const int32_t *sink_len; /* NULL, or the f16 sink rows of each sequence (read by the window pass) */
+    const uint8_t *sink;     /* the sinks: S rows per (sequence, K/V, head) */
+    int S;
 };
 
 } /* namespace kvqa */

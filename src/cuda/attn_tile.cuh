@@ -4,7 +4,7 @@
  * per token), each field XOR-swizzled by its row size so that the K-side
  * (token x quarter) and V-side (coordinate group x token) reads are free of
  * bank conflicts; and the cp.async copies that fill it from a page or from
- * the f16 window ring.
+ * the f16 rows of the window pass (the sink, the window ring).
  */
 #ifndef KVQ_ATTN_TILE_CUH
 #define KVQ_ATTN_TILE_CUH
@@ -47,14 +47,27 @@ __device__ __forceinline__ void load_record_fields(uint8_t *dst, const uint8_t *
     }
 }
 
-/* f16 rows (head dim DD) of the window ring: token t of the tile at ring slot (pos0 + t) % W */
-template <int DD = 128> __device__ __forceinline__ void load_window(uint8_t *dst, const uint8_t *ring, int W, int pos0, int nvalid, int lane) {
+/* Row i of the window pass (the f16 rows of a sequence: its sink's, then its ring's) of stored sequence
+ * r, KV head h, K (kv = 0) or V, rows of rowb bytes. sl = sink_len, base = main_len: rows [0, sl) are the
+ * sink's rows 0..sl-1; row i >= sl is position sl + main_len + (i - sl) = base + i of the sequence, at
+ * ring slot (base + i) % W. */
+__device__ __forceinline__ const uint8_t *f16_row(const AttnParams &p, int r, int h, int kv, int sl, int base, int i,
+                                                  int rowb) {
+    const size_t head = ((size_t)r * 2 + kv) * p.H + h;
+    if (i < sl) return p.sink + (head * p.S + i) * rowb;
+    return p.window + (head * p.W + (base + i) % p.W) * rowb;
+}
+
+/* f16 rows (head dim DD) of the window pass: token t of the tile is row i0 + t (f16_row) */
+template <int DD = 128>
+__device__ __forceinline__ void load_f16_rows(uint8_t *dst, const AttnParams &p, int r, int h, int kv, int sl, int base,
+                                              int i0, int nvalid, int lane) {
     constexpr int CPT = 2 * DD / 16; /* 16-byte chunks a row */
 #pragma unroll 1
     for (int c = lane; c < 16 * CPT; c += 32) {
         const int tok = c / CPT, cc = c % CPT;
-        const uint8_t *src = ring;
-        if (tok < nvalid) src = ring + (size_t)((pos0 + tok) % W) * (2 * DD) + 16 * cc;
+        const int t = tok < nvalid ? tok : 0; /* a masked token copies nothing (size 0) from a valid row */
+        const uint8_t *src = f16_row(p, r, h, kv, sl, base, i0 + t, 2 * DD) + 16 * cc;
         kvq_cp_async16(dst + 16 * (c ^ swz<2 * DD>(tok)), src, tok < nvalid ? 16 : 0);
     }
 }

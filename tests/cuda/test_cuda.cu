@@ -21,8 +21,9 @@
  *     rounds the query to 8 bits, so it is reported apart): relative L2
  *     error of all outputs of a case <= 1e-3, of any single row <= 2e-3;
  *   - the decode path captured in a CUDA graph and replayed (test_graph);
- *   - causal rows of stored sequences through seq_map (test_seq_map).
- * Usage: test_cuda [--quick]
+ *   - causal rows of stored sequences through seq_map (test_seq_map);
+ *   - the f16 sink (test_attention_sink): sink rows read by the window pass.
+ * Usage: test_cuda [--quick] [--tcq | --sink: the host checks and those cases only] [--debug]
  */
 #include <math.h>
 #include <stdio.h>
@@ -889,7 +890,7 @@ static void test_encode_calib(bool quick) {
         OK(kvq_cuda_plan_create_heads(&cp, (const kvq_plan *const *)a.data(), 2));
         kvq_cuda_plan *cq;
         OK(kvq_cuda_plan_create(&cq, plain[0]));
-        kvq_cuda_layer_config cfg = {cp, cq, 3, 3, 16, 0};
+        kvq_cuda_layer_config cfg = {cp, cq, 3, 3, 16, 0, 0};
         kvq_cuda_layer *layer = NULL;
         EXPECT(kvq_cuda_layer_create(&layer, &cfg) == KVQ_ERR_INVALID_ARG, "2 per-head K plans for 3 KV heads: INVALID_ARG");
         cfg.n_kv_heads = 2;
@@ -921,6 +922,9 @@ struct AttnCase {
     int calib = 0; /* calibrated specs (+center, +chscale): K and V rows with a mean and channel scales per
                       head; 1: one CPU plan per head fitted to that head's rows (kvq_cuda_plan_create_heads),
                       2: head 0's plan for every head (kvq_cuda_plan_create) */
+    int sink = 0;                /* S: f16 sink rows of the layer (kvq_cuda_layer_config.sink) */
+    std::vector<int> sink_len{}; /* per sequence (with sink > 0): positions [0, sink_len) in the sink, the
+                                    main_len after them in pages, then win_len in the ring */
 };
 /* internal (attn.cu), for the tests */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
@@ -949,7 +953,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     std::vector<kvq_plan *> kps = case_plans(tc.k, d, seed + 1, tc.calib, hk), vps = case_plans(tc.v, d, seed + 2, tc.calib, hv);
     kvq_plan *kp = kps[0], *vp = vps[0];
     kvq_cuda_plan *ckp = case_cuda_plan(kps, tc.calib), *cvp = case_cuda_plan(vps, tc.calib);
-    kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+    kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W, tc.sink};
     kvq_cuda_layer *layer;
     OK(kvq_cuda_layer_create(&layer, &cfg));
     if (tc.force_ct) OK(kvq_cuda_layer_force_chunk(layer, tc.force_ct));
@@ -981,13 +985,21 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     CU(cudaMalloc(&dst_dev, 4));
     CU(cudaMemset(dst_dev, 0, 4));
     const size_t wbytes = kvq_cuda_layer_window_bytes(layer, n_seq);
-    uint8_t *dwin = NULL;
+    uint8_t *dwin = NULL, *dsink = NULL;
     if (W) {
         CU(cudaMalloc(&dwin, wbytes));
         CU(cudaMemset(dwin, 0x7f, wbytes));
     }
+    const size_t sbytes = kvq_cuda_layer_sink_bytes(layer, n_seq);
+    if (tc.sink) {
+        CU(cudaMalloc(&dsink, sbytes));
+        CU(cudaMemset(dsink, 0x7f, sbytes)); /* garbage beyond the written rows */
+    }
+    /* a sequence's rows by position: ns in the sink, nm in pages (page position t: position ns + t), nw in
+     * the ring (position ns + nm + t) */
+    auto nsink = [&](int s) { return tc.sink ? tc.sink_len[s] : 0; };
     for (int s = 0; s < n_seq; s++) {
-        const int n = tc.main_len[s] + (W ? tc.win_len[s] : 0);
+        const int ns = nsink(s), n = ns + tc.main_len[s] + (W ? tc.win_len[s] : 0);
         K[s].resize((size_t)n * H * d);
         V[s].resize((size_t)n * H * d);
         for (int t = 0; t < n; t++) {
@@ -1011,34 +1023,38 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
             CU(cudaMalloc(&dx, (size_t)nm * H * d * 4));
             CU(cudaMalloc(&dslot, nm * 4));
             CU(cudaMemcpy(dslot, slots.data(), nm * 4, cudaMemcpyHostToDevice));
-            CU(cudaMemcpy(dx, K[s].data(), (size_t)nm * H * d * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, &K[s][(size_t)ns * H * d], (size_t)nm * H * d * 4, cudaMemcpyHostToDevice));
             OK(kvq_cuda_store_pages(layer, 0, dpages, dx, KVQ_DTYPE_F32, nm, dslot, dst_dev, NULL));
-            CU(cudaMemcpy(dx, V[s].data(), (size_t)nm * H * d * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dx, &V[s][(size_t)ns * H * d], (size_t)nm * H * d * 4, cudaMemcpyHostToDevice));
             OK(kvq_cuda_store_pages(layer, 1, dpages, dx, KVQ_DTYPE_F32, nm, dslot, dst_dev, NULL));
             CU(cudaDeviceSynchronize());
             CU(cudaFree(dx));
             CU(cudaFree(dslot));
         }
-        if (W && tc.win_len[s]) {
-            const int nw = tc.win_len[s];
-            std::vector<int32_t> sq(nw, s), pos(nw);
-            for (int t = 0; t < nw; t++) pos[t] = nm + t;
+        /* rows [p0, p0 + cnt) of sequence s as f16 into the ring (kvq_cuda_store_window) or the sink */
+        auto store_f16 = [&](bool to_sink, int p0, int cnt) {
+            std::vector<int32_t> sq(cnt, s), pos(cnt);
+            for (int t = 0; t < cnt; t++) pos[t] = p0 + t;
             float *dx;
             int32_t *dsq, *dpos;
-            CU(cudaMalloc(&dx, (size_t)nw * H * d * 4));
-            CU(cudaMalloc(&dsq, nw * 4));
-            CU(cudaMalloc(&dpos, nw * 4));
-            CU(cudaMemcpy(dsq, sq.data(), nw * 4, cudaMemcpyHostToDevice));
-            CU(cudaMemcpy(dpos, pos.data(), nw * 4, cudaMemcpyHostToDevice));
-            CU(cudaMemcpy(dx, &K[s][(size_t)nm * H * d], (size_t)nw * H * d * 4, cudaMemcpyHostToDevice));
-            OK(kvq_cuda_store_window(layer, 0, dwin, dx, KVQ_DTYPE_F32, nw, dsq, dpos, dst_dev, NULL));
-            CU(cudaMemcpy(dx, &V[s][(size_t)nm * H * d], (size_t)nw * H * d * 4, cudaMemcpyHostToDevice));
-            OK(kvq_cuda_store_window(layer, 1, dwin, dx, KVQ_DTYPE_F32, nw, dsq, dpos, dst_dev, NULL));
-            CU(cudaDeviceSynchronize());
+            CU(cudaMalloc(&dx, (size_t)cnt * H * d * 4));
+            CU(cudaMalloc(&dsq, cnt * 4));
+            CU(cudaMalloc(&dpos, cnt * 4));
+            CU(cudaMemcpy(dsq, sq.data(), cnt * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dpos, pos.data(), cnt * 4, cudaMemcpyHostToDevice));
+            for (int kv = 0; kv < 2; kv++) {
+                CU(cudaMemcpy(dx, &(kv ? V : K)[s][(size_t)p0 * H * d], (size_t)cnt * H * d * 4, cudaMemcpyHostToDevice));
+                if (to_sink) OK(kvq_cuda_store_sink(layer, kv, dsink, dx, KVQ_DTYPE_F32, cnt, dsq, dpos, dst_dev, NULL));
+                else OK(kvq_cuda_store_window(layer, kv, dwin, dx, KVQ_DTYPE_F32, cnt, dsq, dpos, dst_dev, NULL));
+                CU(cudaDeviceSynchronize());
+            }
             CU(cudaFree(dx));
             CU(cudaFree(dsq));
             CU(cudaFree(dpos));
-        }
+        };
+        if (W && tc.win_len[s]) store_f16(false, ns + nm, tc.win_len[s]);
+        /* every position to the sink, as a store passes every appended token: those from S on store nothing */
+        if (tc.sink && n) store_f16(true, 0, n);
     }
     int st;
     CU(cudaMemcpy(&st, dst_dev, 4, cudaMemcpyDeviceToHost));
@@ -1047,18 +1063,21 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     std::vector<float> q((size_t)n_seq * HQ * d), out(q.size(), NAN);
     for (auto &v : q) v = (float)r.gauss();
     float *dq, *dout;
-    int32_t *dbt, *dml, *dwl;
+    int32_t *dbt, *dml, *dwl, *dsl;
     CU(cudaMalloc(&dq, q.size() * 4));
     CU(cudaMalloc(&dout, q.size() * 4));
     CU(cudaMalloc(&dbt, bt.size() * 4));
     CU(cudaMalloc(&dml, n_seq * 4));
     CU(cudaMalloc(&dwl, n_seq * 4));
+    CU(cudaMalloc(&dsl, n_seq * 4));
     CU(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
     CU(cudaMemset(dout, 0xff, q.size() * 4)); /* NaN poison */
     CU(cudaMemcpy(dbt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dml, tc.main_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
     if (W) CU(cudaMemcpy(dwl, tc.win_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
-    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len, NULL};
+    if (tc.sink) CU(cudaMemcpy(dsl, tc.sink_len.data(), n_seq * 4, cudaMemcpyHostToDevice));
+    kvq_cuda_batch b = {n_seq, dpages, dbt, max_pages, dml, W ? dwl : NULL, dwin, max_len, NULL, tc.sink ? dsl : NULL,
+                        dsink};
     const float scale = 1.0f / sqrtf((float)d);
     OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
     CU(cudaDeviceSynchronize());
@@ -1075,7 +1094,9 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     const size_t qf = kvq_plan_query_floats(kp);
     const float kconst = kt.m ? sqrtf(3.14159265358979323846f / 2) / (float)kt.m : 0.f;
     for (int s = 0; s < n_seq; s++) {
-        const int nm = tc.main_len[s], nw = W ? tc.win_len[s] : 0;
+        /* nw: the f16 rows (the window pass's), f16 row t at position frow(t): the sink's, then the ring's */
+        const int ns = nsink(s), nm = tc.main_len[s], nw = ns + (W ? tc.win_len[s] : 0);
+        auto frow = [&](int t) { return (size_t)(t < ns ? t : nm + t); };
         for (int h = 0; h < H; h++) {
             kvq_plan *kp = kps[h], *vp = vps[h]; /* the head's (calibrated) plans */
             std::vector<uint8_t> krec((size_t)nm * kb), vrec((size_t)nm * vb);
@@ -1091,8 +1112,8 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                 std::vector<float> xk((size_t)nm * d), xv((size_t)nm * d);
                 for (int t = 0; t < nm; t++)
                     for (int c = 0; c < d; c++) {
-                        xk[(size_t)t * d + c] = K[s][((size_t)t * H + h) * d + c];
-                        xv[(size_t)t * d + c] = V[s][((size_t)t * H + h) * d + c];
+                        xk[(size_t)t * d + c] = K[s][((size_t)(ns + t) * H + h) * d + c];
+                        xv[(size_t)t * d + c] = V[s][((size_t)(ns + t) * H + h) * d + c];
                     }
                 std::vector<uint8_t> ck((size_t)nm * kb), cv((size_t)nm * vb);
                 OK(kvq_encode(ks, xk.data(), KVQ_DTYPE_F32, nm, ck.data()));
@@ -1147,7 +1168,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                 for (int t = 0; t < nw; t++) {
                     double a = 0;
                     for (int c = 0; c < d; c++)
-                        a += (double)qs[c] * f16r(K[s][((size_t)(nm + t) * H + h) * d + c]);
+                        a += (double)qs[c] * f16r(K[s][(frow(t) * H + h) * d + c]);
                     sc[nm + t] = (float)a;
                 }
                 for (int t = 0; t < nw; t++) scpu[nm + t] = sc[nm + t];
@@ -1165,7 +1186,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                         for (int c = 0; c < d; c++) ref[c] += pr[t] * vd[c];
                     }
                     for (int t = 0; t < nw; t++)
-                        for (int c = 0; c < d; c++) ref[c] += pr[nm + t] * (double)f16r(V[s][((size_t)(nm + t) * H + h) * d + c]);
+                        for (int c = 0; c < d; c++) ref[c] += pr[nm + t] * (double)f16r(V[s][(frow(t) * H + h) * d + c]);
                     double num = 0, den = 0;
                     for (int c = 0; c < d; c++) {
                         const double rf = L > 0 ? ref[c] / L : 0;
@@ -1178,7 +1199,7 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
                     if (pass == 0) agg_num += num, agg_den += den;
                     if (pass == 0 && g_debug && rels[0] > 1e-3 && g_dbg_lines < 12) {
                         g_dbg_lines++;
-                        printf("    seq %d (len %d + win %d) head %d q %d: err %.3e got %.4f %.4f %.4f want %.4f %.4f %.4f\n", s, nm, nw,
+                        printf("    seq %d (len %d + f16 %d) head %d q %d: err %.3e got %.4f %.4f %.4f want %.4f %.4f %.4f\n", s, nm, nw,
                                h, hq, rels[0], out[((size_t)s * HQ + hq) * d], out[((size_t)s * HQ + hq) * d + 1],
                                out[((size_t)s * HQ + hq) * d + 2], ref[0] / L, ref[1] / L, ref[2] / L);
                     }
@@ -1189,9 +1210,9 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
         }
     }
     if (verbose) {
-        printf("  attn k=%-10s v=%-10s d=%3d H=%d HQ=%2d P=%3d W=%2d seqs=%d max_len=%6d: rel err %.2e, worst row %.2e "
+        printf("  attn k=%-10s v=%-10s d=%3d H=%d HQ=%2d P=%3d W=%2d S=%d seqs=%d max_len=%6d: rel err %.2e, worst row %.2e "
                "(worst row vs the CPU kvq_score path: %.2e)\n",
-               tc.k, tc.v, d, H, HQ, P, W, n_seq, max_len, sqrt(agg_num / (agg_den > 0 ? agg_den : 1)), worst, worst_cpu);
+               tc.k, tc.v, d, H, HQ, P, W, tc.sink, n_seq, max_len, sqrt(agg_num / (agg_den > 0 ? agg_den : 1)), worst, worst_cpu);
         fflush(stdout);
     }
     /* f16 tensor-core inputs (rotated query, centroids, probabilities): the relative L2 error of all
@@ -1204,8 +1225,10 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     cudaFree(dbt);
     cudaFree(dml);
     cudaFree(dwl);
+    cudaFree(dsl);
     cudaFree(dpages);
     cudaFree(dwin);
+    cudaFree(dsink);
     cudaFree(dst_dev);
     kvq_cuda_layer_free(layer);
     kvq_cuda_plan_free(ckp);
@@ -1383,7 +1406,7 @@ static void test_attention_generic(bool quick) {
         OK(kvq_plan_create(&kp, "tq-mse:4", 512, 1, NULL, 0));
         kvq_cuda_plan *ck;
         OK(kvq_cuda_plan_create(&ck, kp));
-        kvq_cuda_layer_config cfg = {ck, ck, 1, 1, 16, 0};
+        kvq_cuda_layer_config cfg = {ck, ck, 1, 1, 16, 0, 0};
         kvq_cuda_layer *layer = NULL;
         EXPECT(kvq_cuda_layer_create(&layer, &cfg) == KVQ_ERR_UNSUPPORTED_DIM, "d = 512 attention: UNSUPPORTED_DIM");
         kvq_cuda_plan_free(ck);
@@ -1431,6 +1454,92 @@ static void test_attention_tcq(bool quick) {
     run_attn_case(g, seed++, true);
 }
 
+/* The f16 sink (policy sink=S; kvq_cuda_layer_config.sink): sequences of n positions split as a store
+ * splits them (the C cache's rule): the first min(S, n) in the sink, then the pages up to the f16 window's
+ * frontier (n - W), then the ring; so lengths 1, S - 1, S, S + 1, S + W and long ones exercise a sink
+ * alone, a sink and a window only (no page), the window pass's tile across the sink / ring boundary
+ * (S = 20), the tensor-core window kernel (d = 64, 128, 256) and the generic one (d = 96), calibrated
+ * plans (their main chunks' q . mean shift against the sink's true scores) and the README's policy
+ * pair; the reference attends the sink rows as f16. */
+static AttnCase sink_case(const char *k, const char *v, int d, int W, int S, std::vector<int> lens, int calib = 0) {
+    AttnCase tc = {k, v, 2, 8, 64, W, {}, {}};
+    tc.d = d;
+    tc.calib = calib;
+    tc.sink = S;
+    for (int n : lens) {
+        const int ns = n < S ? n : S, me = W ? (n > W ? n - W : 0) : n, ws = me > ns ? me : ns;
+        tc.sink_len.push_back(ns);
+        tc.main_len.push_back(ws - ns);
+        tc.win_len.push_back(n - ws);
+    }
+    return tc;
+}
+static void test_attention_sink(bool quick) {
+    uint64_t seed = 13000;
+    for (int S : {1, 4}) {
+        for (int W : {0, 32}) {
+            const std::vector<int> lens = {1, S - 1, S, S + 1, S + W, 0, 2500};
+            const char *pairs[][2] = {{"tq-mse:4", "tq-mse:4"}, {"tq-mse:2", "tq-mse:2"}, {"q8", "tq-mse:4"}};
+            for (auto &pr : pairs) {
+                run_attn_case(sink_case(pr[0], pr[1], 128, W, S, lens), seed++, true);
+                if (quick) break;
+            }
+            run_attn_case(sink_case("tq-mse:4", "tq-mse:2", 64, W, S, lens), seed++, true);
+            run_attn_case(sink_case("q8", "tq-mse:4", 256, W, S, lens), seed++, true);
+            run_attn_case(sink_case("tq-mse:3", "tq-mse:3", 96, W, S, lens), seed++, true);
+            run_attn_case(sink_case("tq-mse:4+chscale", "tq-mse:4+chscale", 128, W, S, lens, 1), seed++, true);
+            /* the README's policy pair (the generic kernel; tcq's CPU reference is slow: shorter) */
+            run_attn_case(sink_case("tq-mse:5+chscale", "tcq:3", 128, W, S, {1, S - 1, S, S + 1, S + W, 900}, 1), seed++,
+                          true);
+        }
+    }
+    /* a sink of more than a tile: the window pass's second tile holds sink and ring rows */
+    for (int d : {128, 96})
+        run_attn_case(sink_case("tq-mse:4", "q8", d, 8, 20, {19, 20, 21, 28, 29, 300}), seed++, true);
+}
+
+/* Bad sink arguments: refused before anything is launched. */
+static void test_sink_errors(void) {
+    kvq_plan *kp;
+    OK(kvq_plan_create(&kp, "tq-mse:4", D, 3, NULL, 0));
+    kvq_cuda_plan *cp;
+    OK(kvq_cuda_plan_create(&cp, kp));
+    kvq_cuda_layer *layer = NULL, *plain = NULL;
+    for (int bad : {-1, KVQ_SINK_MAX + 1}) {
+        kvq_cuda_layer_config cfg = {cp, cp, 1, 1, 16, 0, bad};
+        EXPECT(kvq_cuda_layer_create(&layer, &cfg) == KVQ_ERR_INVALID_ARG, "sink %d: INVALID_ARG", bad);
+    }
+    kvq_cuda_layer_config cfg = {cp, cp, 1, 1, 16, 0, 4}, cfg0 = {cp, cp, 1, 1, 16, 0, 0};
+    OK(kvq_cuda_layer_create(&layer, &cfg));
+    OK(kvq_cuda_layer_create(&plain, &cfg0));
+    EXPECT(kvq_cuda_layer_sink_bytes(layer, 3) == (size_t)3 * 2 * 1 * 4 * D * 2 && kvq_cuda_layer_sink_bytes(plain, 3) == 0,
+           "kvq_cuda_layer_sink_bytes");
+    int32_t *dv;
+    float *dq, *dout;
+    CU(cudaMalloc(&dv, 64));
+    CU(cudaMalloc(&dq, D * 4));
+    CU(cudaMalloc(&dout, D * 4));
+    CU(cudaMemset(dv, 0, 64));
+    int32_t *dmain = dv, *dsl = dv + 1;
+    kvq_cuda_batch b = {1, NULL, NULL, 0, dmain, NULL, NULL, 0, NULL, dsl, NULL};
+    EXPECT(kvq_cuda_attend(layer, &b, dq, 1.f, dout, NULL) == KVQ_ERR_INVALID_ARG, "sink_len without sinks");
+    b.sink = dv;
+    EXPECT(kvq_cuda_attend(plain, &b, dq, 1.f, dout, NULL) == KVQ_ERR_INVALID_ARG, "sink_len on a layer without a sink");
+    EXPECT(kvq_cuda_store_sink(plain, 0, dv, dq, KVQ_DTYPE_F32, 1, dv, dv, NULL, NULL) == KVQ_ERR_INVALID_ARG,
+           "store_sink on a layer without a sink");
+    EXPECT(kvq_cuda_store_sink(layer, 2, dv, dq, KVQ_DTYPE_F32, 1, dv, dv, NULL, NULL) == KVQ_ERR_INVALID_ARG,
+           "store_sink kv = 2");
+    EXPECT(kvq_cuda_store_sink(layer, 0, NULL, dq, KVQ_DTYPE_F32, 1, dv, dv, NULL, NULL) == KVQ_ERR_NULL,
+           "store_sink without a sink");
+    CU(cudaDeviceSynchronize());
+    printf("  sink errors: bad sink sizes, sink_len without sinks or on a plain layer, bad store_sink calls refused\n");
+    for (void *pp : {(void *)dv, (void *)dq, (void *)dout}) CU(cudaFree(pp));
+    kvq_cuda_layer_free(layer);
+    kvq_cuda_layer_free(plain);
+    kvq_cuda_plan_free(cp);
+    kvq_plan_free(kp);
+}
+
 /* ---- the decode path in a CUDA graph ------------------------------------------------
  * One decode step of 3 sequences (store one token of K and V into pages and window rings,
  * attend on the layer's reserved workspace and on a caller's) captured once on a stream and
@@ -1451,7 +1560,7 @@ static void test_graph(void) {
         kvq_cuda_plan *ckp, *cvp;
         OK(kvq_cuda_plan_create(&ckp, kp));
         OK(kvq_cuda_plan_create(&cvp, vp));
-        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W, 0};
         kvq_cuda_layer *layer;
         OK(kvq_cuda_layer_create(&layer, &cfg));
         const size_t page_bytes = kvq_cuda_layer_page_bytes(layer), pool = (size_t)NS * MAXP * page_bytes;
@@ -1490,7 +1599,7 @@ static void test_graph(void) {
         const float scale = 1.0f / sqrtf((float)D);
         /* a capture that would grow the layer's workspace: refused, nothing launched */
         {
-            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
+            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL, NULL, NULL};
             cudaGraph_t g0;
             CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
             const int rc = kvq_cuda_attend(layer, &b0, dq, scale, o1, st);
@@ -1500,7 +1609,7 @@ static void test_graph(void) {
         }
         /* a caller's workspace too small, or misaligned */
         {
-            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
+            kvq_cuda_batch b0 = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL, NULL, NULL};
             int rc = kvq_cuda_attend_ws(layer, &b0, dq, scale, o1, ws, 64, st);
             EXPECT(rc == KVQ_ERR_INVALID_ARG, "attend_ws with 64 bytes: %d", rc);
             rc = kvq_cuda_attend_ws(layer, &b0, dq, scale, o1, (uint8_t *)ws + 4, wsb - 4, st);
@@ -1527,7 +1636,7 @@ static void test_graph(void) {
             }
         CU(cudaDeviceSynchronize());
         /* the step, captured on graph pool 0 */
-        kvq_cuda_batch bg = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL};
+        kvq_cuda_batch bg = {NS, pg[0], dbt, MAXP, dml, dwl, wn[0], CAP, NULL, NULL, NULL};
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -1576,7 +1685,7 @@ static void test_graph(void) {
                 OK(kvq_cuda_store_pages(layer, kv, pg[1], dx + kv * xn, KVQ_DTYPE_F32, NS, ddst, dst_st, st));
                 OK(kvq_cuda_store_window(layer, kv, wn[1], dx + kv * xn, KVQ_DTYPE_F32, NS, dseq, dpos, dst_st, st));
             }
-            kvq_cuda_batch b1 = {NS, pg[1], dbt, MAXP, dml, dwl, wn[1], CAP, NULL};
+            kvq_cuda_batch b1 = {NS, pg[1], dbt, MAXP, dml, dwl, wn[1], CAP, NULL, NULL, NULL};
             OK(kvq_cuda_attend_ws(layer, &b1, dq, scale, o3, ws, wsb, st));
             b1.max_main_len = maxl;
             OK(kvq_cuda_attend(layer, &b1, dq, scale, o4, st));
@@ -1643,7 +1752,7 @@ static void test_seq_map(void) {
         kvq_cuda_plan *ckp, *cvp;
         OK(kvq_cuda_plan_create(&ckp, kp));
         OK(kvq_cuda_plan_create(&cvp, vp));
-        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W};
+        kvq_cuda_layer_config cfg = {ckp, cvp, H, HQ, P, W, 0};
         kvq_cuda_layer *layer;
         OK(kvq_cuda_layer_create(&layer, &cfg));
         const size_t pool = (size_t)NS * MAXP * kvq_cuda_layer_page_bytes(layer), wbytes = kvq_cuda_layer_window_bytes(layer, NS);
@@ -1701,11 +1810,11 @@ static void test_seq_map(void) {
                                          dst_st, NULL));
         }
         const float scale = 1.0f / sqrtf((float)D);
-        kvq_cuda_batch b = {ntok, dp, dbt, MAXP, dml, dwl, dw, maxm, dmap};
+        kvq_cuda_batch b = {ntok, dp, dbt, MAXP, dml, dwl, dw, maxm, dmap, NULL, NULL};
         CU(cudaMemset(dout, 0xff, qn * 4));
         OK(kvq_cuda_attend(layer, &b, dq, scale, dout, NULL));
         for (int i = 0; i < ntok; i++) {
-            kvq_cuda_batch b1 = {1, dp, dbt + rmap[i] * MAXP, MAXP, dml + i, dwl + i, dw, ml[i], NULL};
+            kvq_cuda_batch b1 = {1, dp, dbt + rmap[i] * MAXP, MAXP, dml + i, dwl + i, dw, ml[i], NULL, NULL, NULL};
             /* the window ring of sequence rmap[i]: the batch's sequence 0 reads ring 0, so offset the pointer */
             b1.window = dw + (size_t)rmap[i] * 2 * H * W * D * 2;
             OK(kvq_cuda_attend(layer, &b1, dq + (size_t)i * HQ * D, scale, dref + (size_t)i * HQ * D, NULL));
@@ -1746,7 +1855,7 @@ static void test_padding_slots(void) {
     OK(kvq_plan_create(&kp, "tq-mse:4", D, 3, NULL, 0));
     kvq_cuda_plan *cp;
     OK(kvq_cuda_plan_create(&cp, kp));
-    kvq_cuda_layer_config cfg = {cp, cp, H, HQ, P, W};
+    kvq_cuda_layer_config cfg = {cp, cp, H, HQ, P, W, 0};
     kvq_cuda_layer *layer;
     OK(kvq_cuda_layer_create(&layer, &cfg));
     const size_t pool = 2 * kvq_cuda_layer_page_bytes(layer), wbytes = kvq_cuda_layer_window_bytes(layer, 1);
@@ -1790,11 +1899,12 @@ static void test_padding_slots(void) {
 }
 
 int main(int argc, char **argv) {
-    bool quick = false;
+    bool quick = false, only_sink = false; /* --sink: the host checks and the sink cases only */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         if (!strcmp(argv[i], "--debug")) g_debug = 1;
         if (!strcmp(argv[i], "--tcq")) g_only_tcq = true;
+        if (!strcmp(argv[i], "--sink")) only_sink = true;
     }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
@@ -1812,6 +1922,12 @@ int main(int argc, char **argv) {
         printf("test_cuda --tcq: %d checks, %d failed\n", g_checks, g_fail);
         return g_fail ? 1 : 0;
     }
+    if (only_sink) {
+        test_sink_errors();
+        test_attention_sink(quick);
+        printf("test_cuda --sink: %d checks, %d failed\n", g_checks, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_encode(quick);
     test_encode_tcq(quick);
     test_encode_calib(quick);
@@ -1819,6 +1935,8 @@ int main(int argc, char **argv) {
     test_attention_calib(quick);
     test_attention_generic(quick);
     test_attention_tcq(quick);
+    test_sink_errors();
+    test_attention_sink(quick);
     test_graph();
     test_seq_map();
     test_padding_slots();

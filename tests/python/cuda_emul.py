@@ -1,5 +1,5 @@
 """A CPU stand-in for the kvq CUDA kernels, so that CUDAStore's bookkeeping (slots, block tables,
-window rings, per-row lengths of prefill rows, padding, crop/reorder) is tested without a GPU.
+window rings, f16 sinks, per-row lengths of prefill rows, padding, crop/reorder) is tested without a GPU.
 
 Same interface as kvq.transformers._cuda_store.CudaKernels, same page-pool and ring shapes, but
 records are stored record-major in the pages (the kernels' field-major layout is tested by
@@ -23,16 +23,16 @@ from kvq.transformers._store import LayerSpec
 class EmuLayer:
     """k, v: a kvq.Plan, or a list of calibrated plans, one per KV head (kvq_cuda_plan_create_heads)."""
 
-    def __init__(self, k: Any, v: Any, H: int, HQ: int, P: int, W: int) -> None:
+    def __init__(self, k: Any, v: Any, H: int, HQ: int, P: int, W: int, S: int = 0) -> None:
         self.kh = list(k) if isinstance(k, (list, tuple)) else [k] * H  # plan of each head
         self.vh = list(v) if isinstance(v, (list, tuple)) else [v] * H
         assert len(self.kh) == H and len(self.vh) == H
-        self.k, self.v, self.H, self.HQ, self.P, self.W = self.kh[0], self.vh[0], H, HQ, P, W
+        self.k, self.v, self.H, self.HQ, self.P, self.W, self.S = self.kh[0], self.vh[0], H, HQ, P, W, S
         k, v = self.k, self.v
         self.d = k.dim
         self.kb, self.vb = k.code_bytes, v.code_bytes
         self.page_bytes = H * P * (self.kb + self.vb)
-        self.calls = {"store_pages": 0, "store_window": 0, "attend": 0}
+        self.calls = {"store_pages": 0, "store_window": 0, "store_sink": 0, "attend": 0}
 
     def window_bytes(self, n_seq: int) -> int:
         return n_seq * 2 * self.H * self.W * self.d * 2
@@ -42,8 +42,9 @@ class EmuLayer:
 
 
 class EmuKernels:
-    def make_layer(self, k: kvq.Plan, v: kvq.Plan, H: int, HQ: int, P: int, W: int, device: Any) -> EmuLayer:
-        return EmuLayer(k, v, H, HQ, P, W)
+    def make_layer(self, k: kvq.Plan, v: kvq.Plan, H: int, HQ: int, P: int, W: int, device: Any,
+                   sink: int = 0) -> EmuLayer:
+        return EmuLayer(k, v, H, HQ, P, W, sink)
 
     def new_status(self, device: Any) -> torch.Tensor:
         return torch.zeros(1, dtype=torch.int32, device=device)
@@ -74,6 +75,8 @@ class EmuKernels:
         pn = pages.numpy()
         cb = codes.shape[2]
         for i, s in enumerate(dst.tolist()):
+            if s < 0:  # stores nothing (a sink position)
+                continue
             page, slot = divmod(s, L.P)
             for h in range(L.H):
                 o = self._rec(L, kv, page, h, slot)
@@ -90,15 +93,31 @@ class EmuKernels:
         for i, (s, p) in enumerate(zip(seq.tolist(), pos.tolist())):
             window[s, kv, :, p % L.W] = x[i].to(torch.float16)
 
+    def store_sink(self, L: EmuLayer, sink: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
+                   kv: int, status: torch.Tensor) -> None:
+        L.calls["store_sink"] += 1
+        assert L.S > 0 and sink.shape[1:] == (2, L.H, L.S, L.d)
+        rows = [(i, s, p) for i, (s, p) in enumerate(zip(seq.tolist(), pos.tolist())) if s >= 0 and 0 <= p < L.S]
+        if not all(torch.isfinite(x[i].float()).all() for i, _, _ in rows):
+            if int(status[0]) == 0:
+                status[0] = -6
+            return
+        for i, s, p in rows:
+            sink[s, kv, :, p] = x[i].to(torch.float16)
+
     def attend(self, L: EmuLayer, q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor,
                main_len: torch.Tensor, win_len: Optional[torch.Tensor], window: Optional[torch.Tensor], scale: float,
-               max_main_len: int, seq_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+               max_main_len: int, seq_map: Optional[torch.Tensor] = None, sink_len: Optional[torch.Tensor] = None,
+               sink: Optional[torch.Tensor] = None) -> torch.Tensor:
         L.calls["attend"] += 1
         assert q.dtype == torch.float32 and q.is_contiguous()
         n_seq, HQ, d = q.shape
         G = HQ // L.H
         ml = main_len.tolist()
         wl = win_len.tolist() if win_len is not None else [0] * n_seq
+        sl = sink_len.tolist() if sink_len is not None else [0] * n_seq
+        assert sink_len is None or (sink is not None and L.S > 0)
+        assert all(0 <= a <= L.S and (m == 0 or a == L.S) for a, m in zip(sl, ml)), (sl, ml)
         assert max(ml) <= max_main_len, f"max_main_len {max_main_len} < main_len {max(ml)}"
         pn = pages.numpy()
         bt = block_table.tolist()
@@ -106,12 +125,15 @@ class EmuKernels:
         assert len(rmap) == n_seq and (seq_map is not None or len(bt) == n_seq)
         out = np.zeros((n_seq, HQ, d), dtype=np.float64)
         for s in range(n_seq):
-            m, w = ml[s], wl[s]
+            m, w, a = ml[s], wl[s], sl[s]
             r = rmap[s]
-            if m + w == 0:
+            if a + m + w == 0:
                 continue
             for h in range(L.H):
                 Ks, Vs = [], []
+                if a:  # positions [0, a): the sink rows
+                    Ks.append(sink[r, 0, h, :a].double().numpy())
+                    Vs.append(sink[r, 1, h, :a].double().numpy())
                 if m:
                     kr = np.empty((m, L.kb), np.uint8)
                     vr = np.empty((m, L.vb), np.uint8)
@@ -123,8 +145,8 @@ class EmuKernels:
                         vr[p] = pn[o:o + L.vb]
                     Ks.append(L.kh[h].decode(kr).astype(np.float64))
                     Vs.append(L.vh[h].decode(vr).astype(np.float64))
-                if w:
-                    ps = [(m + i) % L.W for i in range(w)]
+                if w:  # positions a + m + i, in the ring
+                    ps = [(a + m + i) % L.W for i in range(w)]
                     Ks.append(window[r, 0, h, ps].double().numpy())
                     Vs.append(window[r, 1, h, ps].double().numpy())
                 K, V = np.concatenate(Ks), np.concatenate(Vs)
@@ -138,18 +160,19 @@ class EmuKernels:
 
 class RefStore:
     """Float64 reference of a LayerStore's attention: the appended rows, positions before the f16
-    window's frontier (the C cache's main_end) decoded from their codes, the rest as f16."""
+    window's frontier (the C cache's main_end) decoded from their codes, the rest as f16; the first
+    S positions (the f16 sink) always f16."""
 
-    def __init__(self, B: int, H: int, HQ: int, W: int, kplan: kvq.Plan, vplan: kvq.Plan) -> None:
-        self.B, self.H, self.HQ, self.W = B, H, HQ, W
+    def __init__(self, B: int, H: int, HQ: int, W: int, kplan: kvq.Plan, vplan: kvq.Plan, S: int = 0) -> None:
+        self.B, self.H, self.HQ, self.W, self.S = B, H, HQ, W, S
         self.kp, self.vp = kplan, vplan
         self.rows: list = [[] for _ in range(B)]  # per sequence: (k (H, d) f32, v (H, d) f32) as stored
         self.me = [0] * B
         self.last_T = 0
 
-    def _stored(self, x: torch.Tensor) -> np.ndarray:
+    def _stored(self, x: torch.Tensor, pos: int) -> np.ndarray:
         x = x.float()
-        if self.W > 0:
+        if self.W > 0 or pos < self.S:
             x = x.half().float()
         return x.numpy()
 
@@ -158,7 +181,8 @@ class RefStore:
         sk = list(skip) if skip is not None else [0] * B
         for b in range(B):
             for t in range(sk[b], T):
-                self.rows[b].append((self._stored(key[b, :, t].cpu()), self._stored(value[b, :, t].cpu())))
+                p = len(self.rows[b])
+                self.rows[b].append((self._stored(key[b, :, t].cpu(), p), self._stored(value[b, :, t].cpu(), p)))
             self.me[b] = max(self.me[b], len(self.rows[b]) - self.W) if self.W > 0 else len(self.rows[b])
         self.last_T = T
 
@@ -177,15 +201,15 @@ class RefStore:
                 continue
             K = np.stack([r[0] for r in self.rows[b]])  # (L, H, d)
             V = np.stack([r[1] for r in self.rows[b]])
-            me = self.me[b]
+            me, S = self.me[b], self.S
             for h in range(self.H):
                 Kh = K[:, h].astype(np.float64)
                 Vh = V[:, h].astype(np.float64)
-                if me:  # kp / vp: one plan, or one per head (calibrated plans)
+                if me > S:  # kp / vp: one plan, or one per head (calibrated plans); [0, S): the sink, f16
                     kp = self.kp[h] if isinstance(self.kp, list) else self.kp
                     vp = self.vp[h] if isinstance(self.vp, list) else self.vp
-                    Kh[:me] = self._decoded(kp, K[:me, h])
-                    Vh[:me] = self._decoded(vp, V[:me, h])
+                    Kh[S:me] = self._decoded(kp, K[S:me, h])
+                    Vh[S:me] = self._decoded(vp, V[S:me, h])
                 for t in range(sk[b], T):
                     n = L - T + t + 1
                     for g in range(G):
@@ -205,16 +229,17 @@ class RefStore:
         self.me = [self.me[i] for i in idx]
 
 
-def calibrated_batch_case(store, dev, tol):
+def calibrated_batch_case(store, dev, tol, S=0):
     """B = 2 with left padding and an f16 window: f16 until both sequences hold calib_tokens = 16 positions,
-    then per-head plans fitted to the first 16 positions of both sequences together, against RefStore with
-    those plans (shared by tests/python/test_torch_cuda.py on the real kernels)."""
+    then per-head plans fitted to the first 16 positions of both sequences together (the sink's, S > 0,
+    included), against RefStore with those plans (shared by tests/python/test_torch_cuda.py on the real
+    kernels)."""
     g = torch.Generator().manual_seed(5)
     N, H, W = 16, 2, 6
-    spec = LayerSpec(3, 2, H, 4, 128, "tq-mse:4+chscale", "tq-mse:2+center", W, 0, 9, 0, N)
+    spec = LayerSpec(3, 2, H, 4, 128, "tq-mse:4+chscale", "tq-mse:2+center", W, 0, 9, 0, N, S)
     st = store(spec)
     f16 = kvq.Plan("f16", 128)
-    ref = RefStore(2, H, 4, W, f16, f16)
+    ref = RefStore(2, H, 4, W, f16, f16, S)
     mean = torch.randn(2, 1, H, 1, 128, generator=g) * 2
     sg = torch.exp(torch.randn(2, 1, H, 1, 128, generator=g) * 0.8)
     for i, (T, skip) in enumerate(((12, [0, 3]), (1, None), (8, None), (1, None), (5, None), (1, None))):

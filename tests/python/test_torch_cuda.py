@@ -68,49 +68,64 @@ def test_encode_errors_go_to_status():
         kt.encode(p, x)  # without a status word: checked at once
 
 
-def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed, d=128):
-    """Pages and rings filled through the operators; float64 reference on the decoded rows."""
+def _layer_case(kspec, vspec, H, HQ, P, W, lens, wins, seed, d=128, S=0, sinks=None):
+    """Pages and rings filled through the operators; float64 reference on the decoded rows. With S > 0,
+    sequence s has sinks[s] rows in the f16 sink before its lens[s] page positions (every row passed to
+    store_sink: those from S on store nothing)."""
     g = torch.Generator().manual_seed(seed)
     kp, vp = kvq.Plan(kspec, d, seed=seed), kvq.Plan(vspec, d, seed=seed)
-    layer = kt.CudaLayer(kt.CudaPlan(kp), kt.CudaPlan(vp), H, HQ, P, W)
+    layer = kt.CudaLayer(kt.CudaPlan(kp), kt.CudaPlan(vp), H, HQ, P, W, S)
+    sinks = sinks or [0] * len(lens)
     n = len(lens)
     maxp = max(1, max(-(-l // P) for l in lens))
     perm = torch.randperm(n * maxp, generator=g)
     bt = perm.view(n, maxp).to(torch.int32)
     pages = torch.full((n * maxp * layer.page_bytes,), 0x5a, dtype=torch.uint8, device=DEV)
     ring = torch.zeros((n, 2, H, max(W, 1), d), dtype=torch.float16, device=DEV)
+    sink = torch.full((n, 2, H, max(S, 1), d), float("nan"), dtype=torch.float16, device=DEV)
     st = kt.new_status(DEV)
     K, V = [], []
     for s, (L, w) in enumerate(zip(lens, wins)):
-        k = torch.randn(L + w, H, d, generator=g) * torch.exp(torch.randn(L + w, 1, 1, generator=g) * 0.5)
-        v = torch.randn(L + w, H, d, generator=g)
+        a = sinks[s]
+        k = torch.randn(a + L + w, H, d, generator=g) * torch.exp(torch.randn(a + L + w, 1, 1, generator=g) * 0.5)
+        v = torch.randn(a + L + w, H, d, generator=g)
         K.append(k)
         V.append(v)
         if L:
             pos = torch.arange(L)
             dst = (bt[s, pos // P] * P + pos % P).to(torch.int32).to(DEV)
-            kt.store_pages(layer, pages, k[:L].contiguous().to(DEV), dst, 0, st)
-            kt.store_pages(layer, pages, v[:L].contiguous().to(DEV), dst, 1, st)
+            kt.store_pages(layer, pages, k[a:a + L].contiguous().to(DEV), dst, 0, st)
+            kt.store_pages(layer, pages, v[a:a + L].contiguous().to(DEV), dst, 1, st)
         if w:
             seq = torch.full((w,), s, dtype=torch.int32, device=DEV)
-            pos = torch.arange(L, L + w, dtype=torch.int32, device=DEV)
-            kt.store_window(layer, ring, k[L:].contiguous().to(DEV), seq, pos, 0, st)
-            kt.store_window(layer, ring, v[L:].contiguous().to(DEV), seq, pos, 1, st)
+            pos = torch.arange(a + L, a + L + w, dtype=torch.int32, device=DEV)
+            kt.store_window(layer, ring, k[a + L:].contiguous().to(DEV), seq, pos, 0, st)
+            kt.store_window(layer, ring, v[a + L:].contiguous().to(DEV), seq, pos, 1, st)
+        if S and a + L + w:
+            seq = torch.full((a + L + w,), s, dtype=torch.int32, device=DEV)
+            pos = torch.arange(a + L + w, dtype=torch.int32, device=DEV)
+            kt.store_sink(layer, sink, k.contiguous().to(DEV), seq, pos, 0, st)
+            kt.store_sink(layer, sink, v.contiguous().to(DEV), seq, pos, 1, st)
     kt.check_status(st)
     q = torch.randn(n, HQ, d, generator=g)
     scale = d ** -0.5
     out = kt.attend(layer, q.to(DEV), pages, bt.to(DEV), torch.tensor(lens, dtype=torch.int32, device=DEV), scale,
-                    max(lens), torch.tensor(wins, dtype=torch.int32, device=DEV) if W else None, ring if W else None)
+                    max(lens), torch.tensor(wins, dtype=torch.int32, device=DEV) if W else None, ring if W else None,
+                    sink_len=torch.tensor(sinks, dtype=torch.int32, device=DEV) if S else None,
+                    sink=sink if S else None)
     ks, vs = kp.clone("scalar"), vp.clone("scalar")
     ref = np.zeros((n, HQ, d))
     G = HQ // H
     for s, (L, w) in enumerate(zip(lens, wins)):
+        a = sinks[s]
+
+        def rows(plan, X):  # the sink's rows f16, the pages' decoded, the window's f16
+            main = plan.decode(plan.encode(X[a:a + L].contiguous().numpy())) if L else np.zeros((0, d))
+            return np.concatenate([X[:a].half().double().numpy(), main,
+                                   X[a + L:].half().double().numpy()]).astype(np.float64)
         for h in range(H):
-            kd = np.concatenate([ks.decode(ks.encode(K[s][:L, h].contiguous().numpy())) if L else np.zeros((0, d)),
-                                 K[s][L:, h].half().double().numpy()]).astype(np.float64)
-            vd = np.concatenate([vs.decode(vs.encode(V[s][:L, h].contiguous().numpy())) if L else np.zeros((0, d)),
-                                 V[s][L:, h].half().double().numpy()]).astype(np.float64)
-            if L + w == 0:
+            kd, vd = rows(ks, K[s][:, h]), rows(vs, V[s][:, h])
+            if a + L + w == 0:
                 continue
             for gq in range(G):
                 sc = kd @ q[s, h * G + gq].double().numpy() * scale
@@ -148,15 +163,34 @@ def test_attend_other_head_dims_vs_float64(kspec, vspec, W, d):
         assert np.all(out[2] == 0)
 
 
-def _spec(layer=0, B=3, H=2, HQ=8, k="tq-mse:4", v="tq-mse:4", W=0, max_tokens=0, seed=3, d=128):
-    return LayerSpec(layer, B, H, HQ, d, k, v, W, 0, seed, max_tokens)
+@pytest.mark.parametrize("kspec,vspec,W,d,S", [("tq-mse:4", "tq-mse:4", 0, 128, 1), ("tq-mse:2", "tq-mse:2", 16, 128, 4),
+                                               ("q8", "tq-mse:4", 8, 64, 4), ("tq-mse:4", "tq-mse:2", 0, 256, 1),
+                                               ("tq-mse:3", "tq-mse:3", 8, 96, 4), ("tq-mse:5", "tcq:3", 0, 128, 1),
+                                               ("tq-mse:4", "q8", 8, 128, 20)])
+def test_attend_sink_vs_float64(kspec, vspec, W, d, S):
+    """The f16 sink (kvq::store_sink, attend's sink_len): rows read by the window pass (tensor-core window
+    kernel at d = 64 / 128 / 256, the generic one at 96), with and without a ring; sequences shorter than S
+    (a sink alone), of S, S + 1 (one page position), S + W, long; S = 20: a tile with sink and ring rows."""
+    tot = [1, S - 1, S, S + 1, S + W, 0, 2100]
+    sinks = [min(n, S) for n in tot]
+    lens = [max(0, n - S - W) if n > S else 0 for n in tot]
+    wins = [n - a - m for n, a, m in zip(tot, sinks, lens)]
+    out, ref = _layer_case(kspec, vspec, 2, 8, 64, W, lens, wins, seed=zlib.crc32(f"{kspec}{vspec}{W}{d}{S}".encode()) % 1000,
+                           d=d, S=S, sinks=sinks)
+    assert np.isfinite(out).all()  # the sinks' unwritten rows are NaN: never read
+    assert _rel(out, ref) < 1.5e-3
+    assert np.all(out[5] == 0)  # a sequence without positions
+
+
+def _spec(layer=0, B=3, H=2, HQ=8, k="tq-mse:4", v="tq-mse:4", W=0, max_tokens=0, seed=3, d=128, S=0):
+    return LayerSpec(layer, B, H, HQ, d, k, v, W, 0, seed, max_tokens, sink_tokens=S)
 
 
 def _ref_for(spec):
     d = spec.head_dim
     kp = kvq.Plan(spec.k_spec, d, plan_seed(spec.seed, spec.layer, 0)).clone("scalar")
     vp = kvq.Plan(spec.v_spec, d, plan_seed(spec.seed, spec.layer, 1)).clone("scalar")
-    return RefStore(spec.batch, spec.n_kv_heads, spec.n_q_heads, spec.f16_window, kp, vp)
+    return RefStore(spec.batch, spec.n_kv_heads, spec.n_q_heads, spec.f16_window, kp, vp, spec.sink_tokens)
 
 
 def _check_step(st, ref, T, skip, dtype, g, tol):
@@ -174,13 +208,16 @@ def _check_step(st, ref, T, skip, dtype, g, tol):
     return err
 
 
-@pytest.mark.parametrize("k,v,W,d", [("tq-mse:4", "tq-mse:4", 0, 128), ("tq-mse:4", "tq-mse:4", 24, 128),
-                                     ("q8", "q8", 0, 128), ("tq-mse:2", "tq-mse:2", 8, 128), ("f16", "f16", 0, 128),
-                                     ("tq-mse:3", "tq-mse:3", 0, 128), ("tq-mse:4", "tq-mse:3", 8, 64),
-                                     ("tq-mse:3", "tq-mse:2", 0, 96), ("tq-mse:4", "tq-mse:4", 16, 256)])
-def test_cuda_store_prefill_decode_padding_gqa(k, v, W, d):
+@pytest.mark.parametrize("k,v,W,d,S", [("tq-mse:4", "tq-mse:4", 0, 128, 0), ("tq-mse:4", "tq-mse:4", 24, 128, 0),
+                                       ("q8", "q8", 0, 128, 0), ("tq-mse:2", "tq-mse:2", 8, 128, 0), ("f16", "f16", 0, 128, 0),
+                                       ("tq-mse:3", "tq-mse:3", 0, 128, 0), ("tq-mse:4", "tq-mse:3", 8, 64, 0),
+                                       ("tq-mse:3", "tq-mse:2", 0, 96, 0), ("tq-mse:4", "tq-mse:4", 16, 256, 0),
+                                       ("tq-mse:4", "tq-mse:4", 0, 128, 1), ("tq-mse:2", "tq-mse:2", 8, 128, 4),
+                                       ("tq-mse:4", "tq-mse:3", 8, 64, 4), ("tq-mse:5", "tcq:3", 0, 128, 1)])
+def test_cuda_store_prefill_decode_padding_gqa(k, v, W, d, S):
+    """S > 0: the f16 sink (the first S positions; sequence 2, all padding at first, grows through 1..S)."""
     g = torch.Generator().manual_seed(11)
-    spec = _spec(k=k, v=v, W=W, d=d)
+    spec = _spec(k=k, v=v, W=W, d=d, S=S)
     st, ref = CUDAStore(spec, DEV, page_tokens=32), _ref_for(spec)
     _check_step(st, ref, 77, [0, 9, 77], torch.float32, g, 2e-3)  # left padding, a sequence of padding only
     for _ in range(4):
@@ -210,10 +247,11 @@ def test_cuda_store_group_grow_crop_reorder():
             _check_step(st, ref, T, None, torch.float32, g, 2e-3)
 
 
-def test_cuda_store_graph_replay_equals_eager():
+@pytest.mark.parametrize("S", [0, 4])
+def test_cuda_store_graph_replay_equals_eager(S):
     g = torch.Generator().manual_seed(13)
     B, H, HQ, cap = 4, 2, 8, 512
-    spec = _spec(B=B, H=H, HQ=HQ, W=16, max_tokens=cap)
+    spec = _spec(B=B, H=H, HQ=HQ, W=16, max_tokens=cap, S=S)
     a, b = CUDAStore(spec, DEV, page_tokens=64), CUDAStore(spec, DEV, page_tokens=64)
     k0, v0 = torch.randn(B, H, 200, 128, generator=g).to(DEV), torch.randn(B, H, 200, 128, generator=g).to(DEV)
     for s in (a, b):
@@ -257,23 +295,32 @@ def test_cuda_store_custom_ops_path():
     _check_step(st, ref, 1, None, torch.float32, g, 2e-3)
 
 
-def test_cuda_store_calibrated_batch():
+@pytest.mark.parametrize("S", [0, 4])
+def test_cuda_store_calibrated_batch(S):
     """+center / +chscale on the kernels: f16 until both sequences hold calib_tokens, then per-head plans
     fitted on their first positions (kvq_cuda_plan_create_heads), against RefStore with those plans."""
-    calibrated_batch_case(lambda spec: CUDAStore(spec, DEV, page_tokens=32), DEV, 2e-3)
+    calibrated_batch_case(lambda spec: CUDAStore(spec, DEV, page_tokens=32), DEV, 2e-3, S)
 
 
-@pytest.mark.parametrize("k,v,W,d", [("tq-mse:4+chscale", "tq-mse:4", 0, 128),
-                                     ("tq-mse:4+chscale", "tq-mse:4", 16, 128), ("q8+chscale", "tq-mse:2+chscale", 8, 64),
-                                     ("tq-mse:4+chscale", "tq-mse:4+chscale", 0, 256),
-                                     ("tq-mse:3+chscale", "tq-mse:3+center", 8, 128)])
-def test_cuda_store_calibrated_matches_the_c_cache(k, v, W, d):
-    """B = 1: the C cache's per-head plans (same rows, same seeds) and records; its tq scores round the
-    query to 8 bits, hence the tolerance."""
-    rng = np.random.default_rng(W + d)
+@pytest.mark.parametrize("k,v,W,d,S", [("tq-mse:4+chscale", "tq-mse:4", 0, 128, 0),
+                                       ("tq-mse:4+chscale", "tq-mse:4", 16, 128, 0),
+                                       ("q8+chscale", "tq-mse:2+chscale", 8, 64, 0),
+                                       ("tq-mse:4+chscale", "tq-mse:4+chscale", 0, 256, 0),
+                                       ("tq-mse:3+chscale", "tq-mse:3+center", 8, 128, 0),
+                                       # the README's policy (with a window: a tcq record coded from f32 (the C
+                                       # cache, W = 0) and from f16 (here) can take another trellis path)
+                                       ("tq-mse:5+chscale", "tcq:3", 8, 128, 1),
+                                       ("tq-mse:5+chscale", "tcq:3", 16, 64, 1),
+                                       ("tq-mse:4+chscale", "tq-mse:4", 8, 128, 4),
+                                       ("q8+chscale", "tq-mse:2+chscale", 0, 64, 4)])
+def test_cuda_store_calibrated_matches_the_c_cache(k, v, W, d, S):
+    """B = 1: the C cache's per-head plans (same rows, same seeds; with sink=S the sink's rows are among
+    them) and records; its tq scores round the query to 8 bits, hence the tolerance."""
+    rng = np.random.default_rng(W + d + S)
     N, H, HQ = 24, 2, 8
-    st = CUDAStore(LayerSpec(0, 1, H, HQ, d, k, v, W, 0, 5, 0, N), DEV, page_tokens=32)
-    c = kvq.Cache(n_layers=1, n_kv_heads=H, head_dim=d, k_spec=k, v_spec=v, f16_window=W, calib_tokens=N, seed=5)
+    st = CUDAStore(LayerSpec(0, 1, H, HQ, d, k, v, W, 0, 5, 0, N, S), DEV, page_tokens=32)
+    c = kvq.Cache(1, H, d, f"{k}/{v},sink={S}" if S else None, k_spec=k, v_spec=v, f16_window=W, calib_tokens=N,
+                  seed=5)
     mean = rng.standard_normal((2, H, d)) * 2
     sg = np.exp(rng.standard_normal((2, H, d)) * 0.8)
     for i, T in enumerate((10, 1, 40, 1, 1, 300, 1)):

@@ -85,8 +85,8 @@ def test_cuda_parts_without_a_gpu():
 
 
 # ---------------------------------------------------------------- CUDAStore on the emulation
-def _spec(layer=0, B=3, H=2, HQ=4, k="tq-mse:4", v="tq-mse:2", W=0, max_tokens=0, seed=7):
-    return LayerSpec(layer, B, H, HQ, 128, k, v, W, 0, seed, max_tokens)
+def _spec(layer=0, B=3, H=2, HQ=4, k="tq-mse:4", v="tq-mse:2", W=0, max_tokens=0, seed=7, S=0):
+    return LayerSpec(layer, B, H, HQ, 128, k, v, W, 0, seed, max_tokens, sink_tokens=S)
 
 
 def _store(spec, P=16, group=None):
@@ -96,7 +96,7 @@ def _store(spec, P=16, group=None):
 def _ref(spec):
     kp = kvq.Plan(spec.k_spec, 128, plan_seed(spec.seed, spec.layer, 0))
     vp = kvq.Plan(spec.v_spec, 128, plan_seed(spec.seed, spec.layer, 1))
-    return RefStore(spec.batch, spec.n_kv_heads, spec.n_q_heads, spec.f16_window, kp, vp)
+    return RefStore(spec.batch, spec.n_kv_heads, spec.n_q_heads, spec.f16_window, kp, vp, spec.sink_tokens)
 
 
 def _step(store, ref, T, skip=None, dtype=torch.bfloat16, gen=None):
@@ -282,3 +282,74 @@ def test_store_matches_the_c_cache(W):
         # the C cache's tq scores round the query to 8 bits (docs/CUDA.md): agreement to ~1e-2
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 3e-2, err
+
+
+# ---------------------------------------------------------------- the f16 sink (policy sink=S)
+@pytest.mark.parametrize("S,W", [(1, 0), (4, 0), (4, 6), (20, 5)])
+def test_store_sink_prefill_decode_padding_crop_reorder(S, W):
+    """The first S positions in the f16 sink (never in the pages: their slots are -1), then pages from
+    position S on, then the ring; lengths through S - 1, S, S + 1, S + W with padding, a second chunk,
+    crop below S and a reorder."""
+    gen = torch.Generator().manual_seed(S * 10 + W)
+    spec = _spec(W=W, S=S)
+    st, ref = _store(spec), _ref(spec)
+    _step(st, ref, max(1, S - 1), skip=[0, 1, max(1, S - 1)], dtype=torch.float32, gen=gen)
+    for _ in range(2 + W):  # S, S + 1, ..., S + W (+ 1)
+        _step(st, ref, 1, dtype=torch.float32, gen=gen)
+    _step(st, ref, 30, dtype=torch.float32, gen=gen)
+    assert st.layer.calls["store_sink"] > 0
+    assert st._sink.shape == (3, 2, 2, S, 128)
+    st.crop(S - 1 if S > 1 else 1)
+    ref.crop(S - 1 if S > 1 else 1)
+    for T in (1, 1, 9, 1):
+        _step(st, ref, T, dtype=torch.float32, gen=gen)
+    st.reorder([2, 0, 0])
+    ref.reorder([2, 0, 0])
+    _step(st, ref, 1, dtype=torch.float32, gen=gen)
+    _step(st, ref, 3, dtype=torch.bfloat16, gen=gen)
+    calls = st.layer.calls["store_sink"]
+    _step(st, ref, 1, dtype=torch.float32, gen=gen)  # every sequence past the sink: not launched
+    assert st.layer.calls["store_sink"] == calls
+
+
+@pytest.mark.parametrize("S,W", [(1, 0), (4, 0), (4, 6)])
+@pytest.mark.parametrize("k,v", [("f16", "q8"), ("tq-mse:4", "tq-mse:2")])
+def test_store_sink_matches_the_c_cache(S, W, k, v):
+    """CUDAStore with sink=S (emulated kernels) and kvq.Cache with the same policy attend the same values:
+    a sink-like first key (8x) draws the attention, so its value coded instead of kept f16 is visible.
+    f16 keys: the C cache's scores are exact there (its q8 and tq scores round the query to 8 bits)."""
+    rng = np.random.default_rng(S + W)
+    st = _store(_spec(layer=1, B=1, k=k, v=v, W=W, S=S))
+    c = kvq.Cache(2, 2, 128, f"{k}/{v},sink={S}" + (f",w={W}" if W else ""), seed=7)
+    plain = kvq.Cache(2, 2, 128, f"{k}/{v}" + (f",w={W}" if W else ""), seed=7)
+    errs, errs_plain = [], []
+    for i, T in enumerate((1, 2, 1, 1, 13, 1, 4)):  # lengths 1, 3, 4, 5, 18, 19, 23
+        k_ = rng.standard_normal((T, 2, 128)).astype(np.float32)
+        if i == 0:
+            k_ *= 8
+        v_ = rng.standard_normal((T, 2, 128)).astype(np.float32)
+        q = rng.standard_normal((T, 4, 128)).astype(np.float32)
+        st.append(torch.from_numpy(k_).permute(1, 0, 2)[None], torch.from_numpy(v_).permute(1, 0, 2)[None])
+        got = st.attend(torch.from_numpy(q).permute(1, 0, 2)[None], 128 ** -0.5)[0].numpy()
+        for cache, e in ((c, errs), (plain, errs_plain)):
+            cache.append(1, k_, v_)
+            want = cache.attend(1, q)
+            e.append(np.linalg.norm(got - want) / np.linalg.norm(want))
+    tol = 1e-4 if k == "f16" else 3e-2
+    assert max(errs) < tol, errs
+    if k == "f16":
+        assert max(errs_plain) > 10 * tol, errs_plain  # the sink matters here
+
+
+def test_store_sink_calibrated_batch():
+    calibrated_batch_case(lambda spec: _store(spec), "cpu", 1e-4, S=4)
+
+
+def test_cache_specs_carry_the_sink():
+    """kvq.transformers.Cache resolves sink=S as the C cache: global compressed layers only."""
+    from kvq.transformers._cache import layer_specs
+    geo = dict(n_layers=4, n_q_heads=4, n_kv_heads=2, head_dim=128, windows=[0, 512, 0, 0])
+    specs = layer_specs(kvq.Policy("tq-mse:4,f16layers=-1,sink=4"), geo, 1, 0)
+    assert [s.sink_tokens for s in specs] == [4, 0, 4, 0]
+    specs = layer_specs(kvq.Policy("tq-mse:4,sliding=1,sink=2"), geo, 1, 0)
+    assert [s.sink_tokens for s in specs] == [2, 0, 2, 2]

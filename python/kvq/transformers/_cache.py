@@ -16,7 +16,6 @@ import torch
 from transformers.cache_utils import Cache as _HFCache
 from transformers.cache_utils import CacheLayerMixin
 
-from .._errors import UnsupportedError
 from ..cache import Policy, PolicyLike, as_policy
 from ._attention import ATTN_IMPLEMENTATION, register
 from ._store import LayerSpec, LayerStore
@@ -48,7 +47,8 @@ def layer_geometry(config: Any) -> dict:
 
 
 def layer_specs(policy: Policy, geometry: dict, batch: int, seed: int, max_tokens: int = 0) -> List[LayerSpec]:
-    """The policy resolved per layer, as the C cache resolves it (f16 layers, sliding layers kept f16)."""
+    """The policy resolved per layer, as the C cache resolves it (f16 layers, sliding layers kept f16; the f16
+    sink on global compressed layers)."""
     n = geometry["n_layers"]
     f16 = {i % n for i in policy.f16_layers if -n <= i < n}
     specs = []
@@ -58,7 +58,8 @@ def layer_specs(policy: Policy, geometry: dict, batch: int, seed: int, max_token
                                n_q_heads=geometry["n_q_heads"], head_dim=geometry["head_dim"],
                                k_spec="f16" if plain else policy.k_spec, v_spec="f16" if plain else policy.v_spec,
                                f16_window=0 if plain else policy.f16_window, sliding_window=w, seed=seed,
-                               max_tokens=max_tokens, calib_tokens=policy.calib_tokens))
+                               max_tokens=max_tokens, calib_tokens=policy.calib_tokens,
+                               sink_tokens=0 if plain or w > 0 else policy.sink_tokens))
     return specs
 
 
@@ -200,9 +201,6 @@ class Cache(_HFCache):
             return CPUStore(spec, dev, self._cpu)
         if dev.type == "cuda":
             from ._cuda_store import CUDAStore, StoreGroup
-            if self.policy.sink_tokens:
-                raise UnsupportedError(f"kvq CUDA does not serve f16 sink tokens (policy {self.policy.name!r}): "
-                                       "drop ',sink=N' on CUDA", status=-15, argument=self.policy.name)
             if self._group is None:
                 self._group = StoreGroup()
             return CUDAStore(spec, dev, group=self._group)

@@ -12,9 +12,17 @@ the codes and [main_end, len) on the ring, main_end = max(main_end, len - W) aft
 (min(main_end, n) after crop(n)): the C cache's rule, so the CPU and CUDA stores attend the same
 values.
 
+The f16 sink (LayerSpec.sink_tokens = S, policy sink=S; the C cache's global compressed layers): a
+(B, 2, H, S, d) f16 tensor. A token at position p < S is written there (kvq_cuda_store_sink, from
+the same input as the pages) and nowhere else; p >= S goes to page position p - S, so the pages hold
+no sink position (the C cache allocates from the page holding position S on). A row attending n
+positions reads min(n, S) from the sink, then the pages up to max(main_end, that), then the ring
+(kvq_cuda_batch.sink_len, main_len, win_len): every position once. Calibration fits the plans on
+the first calib_tokens positions, the sink's included (as the C cache does); the sink is not re-encoded.
+
 Attention. A decode step (T = 1) is one kvq_cuda_attend of B sequences. A chunk of T > 1 tokens
 (prefill) runs B x T rows of the batch (kvq_cuda_batch.seq_map: row (b, t) reads sequence b's
-pages and ring), row t of sequence b with main_len = min(n, main_end) and n = len_b - T + t + 1 positions: causal, on the stored
+pages, ring and sink), row t of sequence b with main_len = min(n, main_end) and n = len_b - T + t + 1 positions: causal, on the stored
 codes, without materialising the cache in f16 (in slices of rows whose workspace stays under
 256 MB). Padding rows (skip) get n = 0, i.e. zeros.
 
@@ -80,8 +88,8 @@ def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
 HEAD_DIMS = (32, 64, 96, 128, 256)
 SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl, tcq:1..4; V in "
           "f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (tcq on the generic kernel; f16 or f32 scales; +norot, +scale=norm, +cb=gauss, +center, +chscale: "
-          "calibrated per KV head on the first calib_tokens positions); no +outliers, polar, q4, bf16, f32; "
-          "global attention (no sliding window)")
+          "calibrated per KV head on the first calib_tokens positions); f16 windows and sinks (w=, sink=); no "
+          "+outliers, polar, q4, bf16, f32; global attention (no sliding window)")
 
 _OPTS = r"(\+norot|\+scale=norm|\+cb=gauss|\+center|\+chscale)*$"
 _FAST_K = re.compile(r"^(f16|q8|tq-mse:[124]|rvq:[124]|tq-prod:[235]|qjl)" + _OPTS)
@@ -115,8 +123,8 @@ class CudaKernels:
         self.use_ops = use_ops
 
     def make_layer(self, k: Any, v: Any, n_kv_heads: int, n_q_heads: int, page_tokens: int, window: int,
-                   device: torch.device) -> Any:
-        """k, v: a kvq.Plan, or a list of calibrated plans, one per KV head."""
+                   device: torch.device, sink: int = 0) -> Any:
+        """k, v: a kvq.Plan, or a list of calibrated plans, one per KV head; sink: f16 sink rows S."""
         kt = self._kt
         try:
             kc, vc = kt.CudaPlan(k, device), kt.CudaPlan(v, device)
@@ -124,7 +132,7 @@ class CudaKernels:
             ks, vs = (p[0].spec if isinstance(p, list) else p.spec for p in (k, v))
             raise UnsupportedError(f"kvq CUDA does not serve K {ks!r} / V {vs!r}: {e}; it serves {SERVED}",
                                    status=-15, argument=f"{ks}/{vs}") from None
-        return kt.CudaLayer(kc, vc, n_kv_heads, n_q_heads, page_tokens, window)
+        return kt.CudaLayer(kc, vc, n_kv_heads, n_q_heads, page_tokens, window, sink)
 
     def new_status(self, device: torch.device) -> torch.Tensor:
         return self._kt.new_status(device)
@@ -149,14 +157,22 @@ class CudaKernels:
         else:
             self._kt._store_window_impl(window, x, seq, pos, layer.key, kv, status)
 
+    def store_sink(self, layer: Any, sink: torch.Tensor, x: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor,
+                   kv: int, status: torch.Tensor) -> None:
+        if self._ops():
+            torch.ops.kvq.store_sink(sink, x, seq, pos, layer.key, kv, status)
+        else:
+            self._kt._store_sink_impl(sink, x, seq, pos, layer.key, kv, status)
+
     def attend(self, layer: Any, q: torch.Tensor, pages: torch.Tensor, block_table: torch.Tensor,
                main_len: torch.Tensor, win_len: Optional[torch.Tensor], window: Optional[torch.Tensor], scale: float,
-               max_main_len: int, seq_map: Optional[torch.Tensor] = None) -> torch.Tensor:
+               max_main_len: int, seq_map: Optional[torch.Tensor] = None, sink_len: Optional[torch.Tensor] = None,
+               sink: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self._ops():
             return torch.ops.kvq.attend(q, pages, block_table, main_len, win_len, window, layer.key, scale,
-                                        max_main_len, seq_map)
+                                        max_main_len, seq_map, sink_len, sink)
         return self._kt._attend_impl(q, pages, block_table, main_len, win_len, window, layer.key, scale,
-                                     max_main_len, seq_map)
+                                     max_main_len, seq_map, sink_len, sink)
 
 
 def _contiguous_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -173,21 +189,26 @@ def _capturing() -> bool:
 class _Step:
     """The device indices of one appended chunk, shared by the layers of a group."""
 
-    __slots__ = ("T", "skip", "version", "consumed", "dst", "wseq", "wpos", "ml", "wl", "max_len")
+    __slots__ = ("T", "skip", "version", "consumed", "dst", "wseq", "wpos", "sseq", "ml", "wl", "sl", "max_len",
+                 "to_sink")
 
     def __init__(self, T: int, skip: Optional[List[int]], version: int = 0) -> None:
         self.T, self.skip, self.version = T, skip, version
         self.consumed = 0  # layers that stored this chunk
-        self.dst = self.wseq = self.wpos = self.ml = self.wl = None
+        self.dst = self.wseq = self.wpos = self.sseq = self.ml = self.wl = self.sl = None
         self.max_len = 0
+        self.to_sink = False  # some token of the chunk may go to the sink (sseq, wpos: its sequences, positions)
 
 
 class _Positions:
     """Lengths, f16-window frontier (main_end) and block table of B sequences: the state that every
-    layer of a model has in common, kept once per StoreGroup (one per store without a group)."""
+    layer of a model has in common, kept once per StoreGroup (one per store without a group).
 
-    def __init__(self, B: int, P: int, W: int, max_tokens: int, device: torch.device) -> None:
-        self.B, self.P, self.W, self.device = B, P, W, device
+    With an f16 sink of S rows, position p < S lives in the sink and p >= S at page position p - S (the
+    block table maps page positions); nothing of the first S positions goes to the pages."""
+
+    def __init__(self, B: int, P: int, W: int, max_tokens: int, device: torch.device, S: int = 0) -> None:
+        self.B, self.P, self.W, self.S, self.device = B, P, W, S, device
         self.fixed = max_tokens > 0
         self.cap_pages = max(1, -(-(max_tokens if self.fixed else 256) // P))
         self.bt = (1 + torch.arange(B * self.cap_pages, dtype=torch.int32, device=device)).view(B, self.cap_pages)
@@ -204,7 +225,8 @@ class _Positions:
 
     @property
     def capacity(self) -> int:
-        return self.cap_pages * self.P
+        """Positions per sequence: the pages' and the sink's."""
+        return self.cap_pages * self.P + self.S
 
     def grow(self, need: int, layer: int) -> None:
         if need <= self.capacity:
@@ -216,7 +238,7 @@ class _Positions:
             raise StateError(f"CUDAStore layer {layer}: the pool must grow to {need} positions under CUDA-graph "
                              "capture; preallocate with LayerSpec.max_tokens", status=-16)
         old = self.cap_pages
-        new = max(2 * old, -(-need // self.P))
+        new = max(2 * old, -(-(need - self.S) // self.P))
         add = torch.arange(self.B * (new - old), dtype=torch.int32, device=self.device).view(self.B, new - old)
         self.bt = torch.cat([self.bt, add + 1 + self.B * old], dim=1).contiguous()
         self.cap_pages = new
@@ -229,14 +251,14 @@ class _Positions:
         self.grow(max(new_host), layer)
         step = _Step(T, sk)
         old = self.len.clone()  # self.len is updated in place below (a CUDA graph keeps its address)
+        step.to_sink = self.S > 0 and (_capturing() or min(self.len_host) < self.S)
         if T == 1 and sk is None:  # a decode step: fewest kernels
-            page = torch.gather(self.bt, 1, torch.div(old, P, rounding_mode="floor").long().unsqueeze(1))
-            step.dst = (page.view(B) * P + old % P)
+            step.dst = self._slots(old)
             new = old + 1
             step.wseq, step.wpos = self.seq_idx, old
+            step.sseq = self.seq_idx
             me = torch.maximum(self.main_end, new - W) if W > 0 else new
-            step.ml = me
-            step.wl = new - me if W > 0 else None
+            step.ml, step.wl, step.sl = self._split(new, me)
         else:
             t = torch.arange(T, dtype=torch.int32, device=dev)
             if sk is None:
@@ -248,26 +270,28 @@ class _Positions:
                 valid = t.unsqueeze(0) >= skd.unsqueeze(1)
                 pos = (old.unsqueeze(1) + t - skd.unsqueeze(1)).clamp_min(0)
                 new = old + (T - skd)
-            page = torch.gather(self.bt, 1, torch.div(pos, P, rounding_mode="floor").long())
-            dst = page * P + pos % P
+            dst = self._slots(pos)
             if valid is not None:
                 dst = torch.where(valid, dst, 0)  # padding: the scratch page 0
             step.dst = dst.reshape(B * T)
+            step.wpos = pos.reshape(B * T)
+            seqs = self.seq_idx.unsqueeze(1).expand(B, T)
+            step.sseq = (seqs if valid is None else torch.where(valid, seqs, -1)).reshape(B * T)
             n = new.unsqueeze(1) - T + t + 1  # positions row t of sequence b attends to
             if valid is not None:
                 n = torch.where(valid, n, 0)
             if W > 0:
                 keep = pos >= (new - W).unsqueeze(1)  # what stays in the window: no two writes to one slot
+                if self.S:
+                    keep &= pos >= self.S  # the sink's positions are not read from the ring
                 if valid is not None:
                     keep &= valid
                 step.wseq = torch.where(keep, self.seq_idx.unsqueeze(1), B).reshape(B * T)
-                step.wpos = pos.reshape(B * T)
                 me = torch.maximum(self.main_end, new - W)
-                ml = torch.minimum(n, me.unsqueeze(1))
-                step.ml, step.wl = ml.contiguous(), (n - ml).contiguous()
+                step.ml, step.wl, step.sl = self._split(n, torch.minimum(n, me.unsqueeze(1)))
             else:
                 me = new
-                step.ml, step.wl = n.contiguous(), None
+                step.ml, step.wl, step.sl = self._split(n, n)
         self.undo = (self.len.clone(), self.main_end.clone(), list(self.len_host)) if T > 1 else None
         self.len.copy_(new)
         self.main_end.copy_(me)
@@ -277,6 +301,28 @@ class _Positions:
         step.version = self.version
         self.current = step
         return step
+
+    def _slots(self, pos: torch.Tensor) -> torch.Tensor:
+        """Page slots (page * P + slot) of positions pos (int32, any shape); -1 (nothing stored) below S."""
+        S, P = self.S, self.P
+        q = (pos - S).clamp_min(0) if S else pos  # page position
+        page = torch.gather(self.bt, 1, torch.div(q, P, rounding_mode="floor").long().view(self.B, -1)).view(q.shape)
+        dst = page * P + q % P
+        return torch.where(pos >= S, dst, -1) if S else dst
+
+    def _split(self, n: torch.Tensor, me: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor],
+                                                                  Optional[torch.Tensor]]:
+        """(main_len, win_len, sink_len) of rows attending n positions whose first me are past the f16
+        window (the C cache's main_end): the first min(n, S) in the sink, the pages up to max(me, that),
+        the rest in the ring (None without a window / a sink)."""
+        if self.S:
+            sl = torch.clamp(n, max=self.S)
+            ws = torch.maximum(me, sl)
+            ml = ws - sl
+        else:
+            sl, ws, ml = None, me, me
+        wl = (n - ws).contiguous() if self.W > 0 else None
+        return ml.contiguous(), wl, None if sl is None else sl.contiguous()
 
     def restart(self) -> None:
         """After crop/reorder/reset: the next append starts a step for every layer."""
@@ -304,11 +350,11 @@ class StoreGroup:
     def __init__(self) -> None:
         self._states: dict = {}
 
-    def positions(self, B: int, P: int, W: int, max_tokens: int, device: torch.device) -> _Positions:
-        key = (B, P, W, max_tokens, str(device))
+    def positions(self, B: int, P: int, W: int, max_tokens: int, device: torch.device, S: int = 0) -> _Positions:
+        key = (B, P, W, max_tokens, str(device), S)
         st = self._states.get(key)
         if st is None:
-            st = self._states[key] = _Positions(B, P, W, max_tokens, device)
+            st = self._states[key] = _Positions(B, P, W, max_tokens, device, S)
         return st
 
 
@@ -336,7 +382,7 @@ class CUDAStore(LayerStore):
                                    f"({spec.sliding_window}) is not served by the kvq CUDA kernels; they serve "
                                    f"{SERVED}", status=-15, argument=spec.sliding_window)
         if spec.batch <= 0 or spec.n_kv_heads <= 0 or spec.n_q_heads % spec.n_kv_heads or spec.f16_window < 0 \
-                or page_tokens <= 0 or page_tokens % 16 or spec.max_tokens < 0:
+                or page_tokens <= 0 or page_tokens % 16 or spec.max_tokens < 0 or not 0 <= spec.sink_tokens <= 1024:
             raise InvalidArgumentError(f"CUDAStore: invalid layer spec {spec} / page_tokens {page_tokens}",
                                        status=-2)
         calib = [False, False]
@@ -356,6 +402,7 @@ class CUDAStore(LayerStore):
         self.kernels = kernels if kernels is not None else CudaKernels()
         B, H, d = spec.batch, spec.n_kv_heads, spec.head_dim
         self.B, self.H, self.HQ, self.d, self.P, self.W = B, H, spec.n_q_heads, d, page_tokens, spec.f16_window
+        self.S = spec.sink_tokens
         self._calib = calib
         self.calib_tokens = (spec.calib_tokens or DEFAULT_CALIB_TOKENS) if any(calib) else 0
         self.calibrated = not any(calib)
@@ -363,13 +410,13 @@ class CUDAStore(LayerStore):
             self._kplan = Plan(spec.k_spec, d, plan_seed(spec.seed, spec.layer, 0))
             self._vplan = Plan(spec.v_spec, d, plan_seed(spec.seed, spec.layer, 1))
             self.layer = self.kernels.make_layer(self._kplan, self._vplan, H, self.HQ, page_tokens, self.W,
-                                                 self.device)
+                                                 self.device, self.S)
         else:
             self._f16_layer()
         self.page_bytes = int(self.layer.page_bytes)
         dev = self.device
         g = group if group is not None else StoreGroup()
-        self._pos = g.positions(B, page_tokens, self.W, spec.max_tokens, dev)
+        self._pos = g.positions(B, page_tokens, self.W, spec.max_tokens, dev, self.S)
         # a store made while its group is in a step (kvq.transformers.Cache makes them lazily, layer
         # by layer, in the first forward) takes part in that step
         cur = self._pos.current
@@ -381,6 +428,9 @@ class CUDAStore(LayerStore):
         self._ring: Optional[torch.Tensor] = None
         if self.W > 0:
             self._ring = torch.zeros((B + 1, 2, H, self.W, d), dtype=torch.float16, device=dev)
+        self._sink: Optional[torch.Tensor] = None  # the f16 sinks: (B, 2, H, S, d), unrotated like the ring
+        if self.S > 0:
+            self._sink = torch.zeros((B, 2, H, self.S, d), dtype=torch.float16, device=dev)
         self._status = self.kernels.new_status(dev)
         self._step: Optional[_Step] = None
 
@@ -389,16 +439,20 @@ class CUDAStore(LayerStore):
         """The layer before calibration: f16 records (the C cache's f16 tail before its plans exist)."""
         f16 = Plan("f16", self.d, 0)
         self._kplan = self._vplan = f16
-        self.layer = self.kernels.make_layer(f16, f16, self.H, self.HQ, self.P, self.W, self.device)
+        self.layer = self.kernels.make_layer(f16, f16, self.H, self.HQ, self.P, self.W, self.device, self.S)
         self.calibrated = False
 
     def _f16_rows(self, b: int, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Sequence b's first n positions from the f16 pages: K and V, (n, H, d) f16 each."""
+        """Sequence b's first n positions from the f16 sink and pages: K and V, (n, H, d) f16 each."""
         H, P, d = self.H, self.P, self.d
+        ns = min(n, self.S)
+        m = n - ns  # page positions
         pages = self._pool.view(torch.float16).view(-1, 2, H, P, d)  # f16 records: page = K (H, P, d), V
-        np_ = -(-n // P)
+        np_ = -(-m // P)
         sel = pages[self._pos.bt[b, :np_].long()]                      # (np, 2, H, P, d)
-        rows = sel.permute(1, 0, 3, 2, 4).reshape(2, np_ * P, H, d)[:, :n]
+        rows = sel.permute(1, 0, 3, 2, 4).reshape(2, np_ * P, H, d)[:, :m]
+        if ns:
+            rows = torch.cat([self._sink[b, :, :, :ns].permute(0, 2, 1, 3), rows], dim=1)
         return rows[0], rows[1]
 
     def _calibrate(self) -> None:
@@ -418,18 +472,19 @@ class CUDAStore(LayerStore):
             cal = torch.cat([rows[b][kv][:N] for b in range(B)]).float().cpu().numpy()  # (B * N, H, d)
             plans.append([Plan(sp, d, plan_seed(spec.seed, spec.layer, kv, h), calib=np.ascontiguousarray(cal[:, h]))
                           for h in range(H)])
-        layer = self.kernels.make_layer(plans[0], plans[1], H, self.HQ, P, self.W, self.device)
+        layer = self.kernels.make_layer(plans[0], plans[1], H, self.HQ, P, self.W, self.device, self.S)
         page_bytes = int(layer.page_bytes)
         pool = torch.empty((1 + B * self._cap_pages) * page_bytes, dtype=torch.uint8, device=self.device)
         st = self.kernels.new_status(self.device)
         for b in range(B):
-            n = lens[b]
+            ns = min(lens[b], self.S)
+            n = lens[b] - ns  # page positions (the sink stays as it is)
             if n == 0:
                 continue
             p = torch.arange(n, dtype=torch.int32, device=self.device)
             dst = (ps.bt[b, (p // P).long()] * P + p % P).to(torch.int32)
             for kv in (0, 1):
-                self.kernels.store_pages(layer, pool, rows[b][kv].contiguous(), dst, kv, st)
+                self.kernels.store_pages(layer, pool, rows[b][kv][ns:].contiguous(), dst, kv, st)
         self.kernels.check(st, f"CUDAStore layer {spec.layer} calibration")
         self._kplan = plans[0][0] if isinstance(plans[0], list) else plans[0]
         self._vplan = plans[1][0] if isinstance(plans[1], list) else plans[1]
@@ -462,8 +517,9 @@ class CUDAStore(LayerStore):
 
     def memory_bytes(self) -> int:
         n = self._pool.numel()
-        if self._ring is not None:
-            n += self._ring.numel() * 2
+        for f16 in (self._ring, self._sink):
+            if f16 is not None:
+                n += f16.numel() * 2
         return n
 
     def check(self) -> None:
@@ -530,6 +586,9 @@ class CUDAStore(LayerStore):
         if self.W > 0:
             self.kernels.store_window(self.layer, self._ring, kx, step.wseq, step.wpos, 0, st)
             self.kernels.store_window(self.layer, self._ring, vx, step.wseq, step.wpos, 1, st)
+        if step.to_sink:  # positions below S (the kernel stores nothing for the others)
+            self.kernels.store_sink(self.layer, self._sink, kx, step.sseq, step.wpos, 0, st)
+            self.kernels.store_sink(self.layer, self._sink, vx, step.sseq, step.wpos, 1, st)
         self._step = step
         due = not self.calibrated and min(ps.len_host) >= self.calib_tokens
         if due and _capturing():
@@ -576,7 +635,9 @@ class CUDAStore(LayerStore):
             mm = self.capacity if _capturing() else step.max_len
             ml = step.ml.view(B)
             wl = None if step.wl is None else step.wl.view(B)
-            out = self.kernels.attend(self.layer, q.view(B, HQ, d), self._pool, self._pos.bt, ml, wl, ring, scale, mm)
+            sl = None if step.sl is None else step.sl.view(B)
+            out = self.kernels.attend(self.layer, q.view(B, HQ, d), self._pool, self._pos.bt, ml, wl, ring, scale, mm,
+                                      None, sl, self._sink)
             return out.view(B, 1, HQ, d).to(query.dtype)
         # prefill: B x T virtual sequences, in slices of rows whose workspace stays bounded
         per_row = max(1, int(self.layer.workspace_bytes(1, step.max_len)))
@@ -588,13 +649,13 @@ class CUDAStore(LayerStore):
             t1 = min(T, t0 + tc)
             n = t1 - t0
             if seq_map is None or seq_map.numel() != B * n:
-                seq_map = self._pos.seq_idx.repeat_interleave(n)  # row (b, t) reads sequence b's pages and ring
+                seq_map = self._pos.seq_idx.repeat_interleave(n)  # row (b, t) reads sequence b's pages, ring, sink
             qv = q[:, t0:t1].reshape(B * n, HQ, d)
             mlv = step.ml[:, t0:t1].reshape(B * n)
-            wlv = None if step.wl is None else step.wl[:, t0:t1].reshape(B * n)
+            wlv, slv = (None if x is None else x[:, t0:t1].reshape(B * n).contiguous() for x in (step.wl, step.sl))
             mm = max(0, step.max_len - T + t1)
-            o = self.kernels.attend(self.layer, qv.contiguous(), self._pool, bt, mlv.contiguous(),
-                                    None if wlv is None else wlv.contiguous(), ring, scale, mm, seq_map)
+            o = self.kernels.attend(self.layer, qv.contiguous(), self._pool, bt, mlv.contiguous(), wlv, ring, scale, mm,
+                                    seq_map, slv, self._sink)
             out[:, t0:t1] = o.view(B, n, HQ, d)
         return out
 
@@ -623,6 +684,8 @@ class CUDAStore(LayerStore):
         pages[bt.reshape(-1).long()] = pages[bt[idx].reshape(-1).long()]  # a copy: beams may repeat
         if self._ring is not None:
             self._ring[: self.B] = self._ring[idx]
+        if self._sink is not None:
+            self._sink.copy_(self._sink[idx])
         if self._reorders == ps.reorders:  # the first layer of the group to reorder: the positions too
             ps.len.copy_(ps.len[idx])
             ps.main_end.copy_(ps.main_end[idx])

@@ -37,6 +37,7 @@ class LayerSpec:
     seed: int             # seed of the layer's rotations / projections
     max_tokens: int = 0   # capacity per sequence when preallocated (0 = grow on demand)
     calib_tokens: int = 0  # positions kept f16 until +center / +chscale plans calibrate (0 = the C cache's 128)
+    sink_tokens: int = 0  # the first positions kept f16 for good (policy sink=; the C cache's global compressed layers)
 
 
 class LayerStore(abc.ABC):
