@@ -121,28 +121,17 @@ static HostPlan host_plan(const char *spec, uint64_t seed, int d) {
     h.d = d;
     return h;
 }
-/* swz<R>(t) for a field of R bytes a token known at run time (the sizes the kernels stage) */
-static int swz_rt(int R, int t) {
-    switch (R) {
-    case 32: return swz<32>(t);
-    case 64: return swz<64>(t);
-    case 128: return swz<128>(t);
-    case 256: return swz<256>(t);
-    case 512: return swz<512>(t);
-    }
-    return 0;
-}
-
-/* 16 records -> a staged tile region (field-major, swizzled as load_field does) */
-static void stage_records(const HostPlan &h, const std::vector<uint8_t> &recs, uint8_t *dst) {
+/* 16 records -> a staged tile region of format F (field-major, each field's chunks where load_field
+ * puts them: stage_chunk, with F's split of the field) */
+template <class F> static void stage_records(const HostPlan &h, const std::vector<uint8_t> &recs, uint8_t *dst) {
     for (int f = 0; f < h.L.nfield; f++) {
         const int R = h.L.size[f];
         std::vector<uint8_t> src(16 * R);
         for (int t = 0; t < 16; t++) memcpy(&src[t * R], &recs[t * h.L.bytes + h.L.off[f]], R);
         uint8_t *base = dst + 16 * h.L.off[f];
         for (int c = 0; c < R; c++) {
-            const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
-            const int pc = R >= 16 ? c ^ swz_rt(R, tok) : c;
+            int tok;
+            const int pc = stage_chunk(R, FieldSplit<F>::at(f), c, tok);
             memcpy(base + 16 * pc, &src[16 * c], 16);
         }
     }
@@ -206,7 +195,7 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
     for (auto &v : x) v = (float)r.gauss();
     std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
     OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
-    stage_records(h, recs, tile.data());
+    stage_records<KF>(h, recs, tile.data());
     std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
     AttnParams p;
     memset(&p, 0, sizeof p);
@@ -275,7 +264,7 @@ template <class VF> static void host_check_v(const char *spec, int lutw = 0) {
     for (auto &v : x) v = (float)r.gauss() * 3;
     std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
     OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
-    stage_records(h, recs, tile.data());
+    stage_records<VF>(h, recs, tile.data());
     std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
     AttnParams p;
     memset(&p, 0, sizeof p);
@@ -469,6 +458,25 @@ static void host_checks(void) {
             int bad = 0;
             for (int v : seen) bad += v != 1;
             EXPECT(bad == 0, "swizzle R=%d is not a permutation", R);
+        }
+    }
+    /* the staging of every field size the kernels copy (R bytes a token; RA: tq-mse:3's split) is a
+     * permutation of the tile's 16-byte chunks, each chunk tagged with the token of its first byte */
+    {
+        const int fields[][2] = {{2, 0},  {4, 0},  {8, 0},   {16, 0},  {24, 0},  {32, 0},
+                                 {48, 32}, {64, 0}, {96, 64}, {128, 0}, {256, 0}, {512, 0}};
+        for (auto &fr : fields) {
+            const int R = fr[0], RA = fr[1];
+            std::vector<int> seen(R, 0);
+            int bad = 0;
+            for (int c = 0; c < R; c++) {
+                int tok;
+                const int pc = stage_chunk(R, RA, c, tok);
+                if (pc < 0 || pc >= R || tok != 16 * c / R) bad++;
+                else seen[pc]++;
+            }
+            for (int v : seen) bad += v != 1;
+            EXPECT(bad == 0, "staging R=%d RA=%d is not a permutation of the chunks", R, RA);
         }
     }
     host_check_k<KF16>("f16");
