@@ -33,7 +33,7 @@
 
 #include "attn_kernel_gen.cuh"
 #include "attn_split.h"
-#include "attn_traits.cuh"
+#include "attn_tq3.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
 #include "kvq_cuda.h"
@@ -137,6 +137,15 @@ template <class F> static void stage_records(const HostPlan &h, const std::vecto
     }
 }
 
+/* tq-mse records of 16 tokens with random index bytes (every code at every coordinate; the scales
+ * as encoded): the decoders' bit arithmetic on all patterns, not only the codes of Gaussian rows */
+static void randomize_tq_codes(const HostPlan &h, std::vector<uint8_t> &recs, uint64_t seed) {
+    if (h.t.kind != KVQ_LAY_TQ) return;
+    Rng r{seed};
+    for (int t = 0; t < 16; t++)
+        for (int i = 0; i < h.L.size[1]; i++) recs[t * h.L.bytes + h.L.off[1] + i] = (uint8_t)(r.next() >> 56);
+}
+
 /* host copy of build_luts */
 static void host_lut(uint8_t *lut, int off, int w, const float *c) {
     uint32_t *dst = (uint32_t *)(lut + off);
@@ -144,6 +153,8 @@ static void host_lut(uint8_t *lut, int off, int w, const float *c) {
         for (int e = 0; e < 256 * 32; e++) dst[e] = pack2(c[(e >> 5) & 15], c[(e >> 5) >> 4]);
     } else if (w == 2) {
         for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
+    } else if (w == 3) { /* index i, lane l at i * 256 + 4l */
+        for (int e = 0; e < 64 * 32; e++) dst[(e >> 5) * (WROW / 4) + (e & 31)] = lut3_entry(c, e >> 5);
     } else if (w == LUT_W2X) { /* byte b, lane l at b * 256 + 8l: the pairs of its low and high nibble */
         for (int e = 0; e < 256 * 32; e++) {
             const int b = e >> 5;
@@ -183,8 +194,9 @@ static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, b
 }
 
 /* The K format KF (at its head dim KF::HD) against the codec's layout and records: fields, the
- * coordinate map, every lane's decoded registers and the per-token scales. */
-template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
+ * coordinate map, every lane's decoded registers and the per-token scales (randomize: tq-mse
+ * records with random index bytes). */
+template <class KF> static void host_check_k(const char *spec, int lutw = 0, bool randomize = false) {
     constexpr int D = KF::HD;
     HostPlan h = host_plan(spec, 11, D);
     EXPECT(KF::BYTES == h.L.bytes, "%s d=%d: K format bytes %d vs layout %d", spec, D, KF::BYTES, h.L.bytes);
@@ -195,6 +207,7 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
     for (auto &v : x) v = (float)r.gauss();
     std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
     OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
+    if (randomize) randomize_tq_codes(h, recs, 79);
     stage_records<KF>(h, recs, tile.data());
     std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
     AttnParams p;
@@ -254,8 +267,9 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
     kvq_plan_free(h.p);
 }
 
-/* The V format VF (at its head dim VF::HD): fields, the coordinate map, every lane's A fragments. */
-template <class VF> static void host_check_v(const char *spec, int lutw = 0) {
+/* The V format VF (at its head dim VF::HD): fields, the coordinate map, every lane's A fragments
+ * (randomize: as host_check_k). */
+template <class VF> static void host_check_v(const char *spec, int lutw = 0, bool randomize = false) {
     constexpr int D = VF::HD;
     HostPlan h = host_plan(spec, 12, D);
     EXPECT(VF::BYTES == h.L.bytes, "%s d=%d: V format bytes %d vs layout %d", spec, D, VF::BYTES, h.L.bytes);
@@ -264,13 +278,15 @@ template <class VF> static void host_check_v(const char *spec, int lutw = 0) {
     for (auto &v : x) v = (float)r.gauss() * 3;
     std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
     OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
+    if (randomize) randomize_tq_codes(h, recs, 80);
     stage_records<VF>(h, recs, tile.data());
     std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
     AttnParams p;
     memset(&p, 0, sizeof p);
     p.vlut[0] = 0;
     p.vlut[1] = LUT4_BYTES;
-    if (h.t.n1) host_lut(lut.data(), 0, lutw ? lutw : h.t.bits, h.t.c1); /* lutw: LUT_W2X */
+    /* lutw: LUT_W2X; a 3-bit V table in the rows' second halves (LUT3_V) */
+    if (h.t.n1) host_lut(lut.data(), h.t.bits == 3 ? LUT3_V : 0, lutw ? lutw : h.t.bits, h.t.c1);
     if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
     std::vector<int> seen(D, 0);
     for (int g = 0; g < 8; g++)
@@ -501,6 +517,24 @@ static void host_checks(void) {
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
+    /* tq-mse:3 (attn_tq3.cuh) at every tensor-core head dim: encoded rows, random index bytes, a
+     * Gaussian codebook, no rotation */
+    host_check_k<KTQ3<128>>("tq-mse:3");
+    host_check_k<KTQ3<128>>("tq-mse:3", 0, true);
+    host_check_k<KTQ3<128>>("tq-mse:3+cb=gauss", 0, true);
+    host_check_k<KTQ3<128>>("tq-mse:3+norot");
+    host_check_v<VTQ3<128>>("tq-mse:3");
+    host_check_v<VTQ3<128>>("tq-mse:3", 0, true);
+    host_check_v<VTQ3<128>>("tq-mse:3+cb=gauss", 0, true);
+    host_check_v<VTQ3<128>>("tq-mse:3+norot");
+    host_check_k<KTQ3<64>>("tq-mse:3");
+    host_check_k<KTQ3<64>>("tq-mse:3", 0, true);
+    host_check_v<VTQ3<64>>("tq-mse:3");
+    host_check_v<VTQ3<64>>("tq-mse:3", 0, true);
+    host_check_k<KTQ3<256>>("tq-mse:3");
+    host_check_k<KTQ3<256>>("tq-mse:3", 0, true);
+    host_check_v<VTQ3<256>>("tq-mse:3");
+    host_check_v<VTQ3<256>>("tq-mse:3", 0, true);
     /* the formats of the other head dims (issue 17) */
     host_check_k<KF16T<64>>("f16");
     host_check_k<KQ8T<64>>("q8");
