@@ -22,7 +22,8 @@
  *     error of all outputs of a case <= 1e-3, of any single row <= 2e-3;
  *   - the decode path captured in a CUDA graph and replayed (test_graph);
  *   - causal rows of stored sequences through seq_map (test_seq_map).
- * Usage: test_cuda [--quick]
+ * Usage: test_cuda [--quick] [--debug] [--tcq | --tq3] (--tcq, --tq3: the host checks, then only the
+ * tcq encode and attention cases, or only the tq-mse:3 attention cases)
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ using namespace kvqa;
 
 static int g_fail = 0, g_checks = 0, g_debug = 0, g_dbg_lines = 0;
 static bool g_only_tcq = false; /* --tcq: the host checks and the tcq cases only */
+static bool g_only_tq3 = false; /* --tq3: the host checks and the tq-mse:3 attention cases only */
 #define EXPECT(cond, ...)                                                   \
     do {                                                                    \
         g_checks++;                                                         \
@@ -136,7 +138,6 @@ template <class F> static void stage_records(const HostPlan &h, const std::vecto
         }
     }
 }
-
 /* tq-mse records of 16 tokens with random index bytes (every code at every coordinate; the scales
  * as encoded): the decoders' bit arithmetic on all patterns, not only the codes of Gaussian rows */
 static void randomize_tq_codes(const HostPlan &h, std::vector<uint8_t> &recs, uint64_t seed) {
@@ -1357,7 +1358,8 @@ static void test_attention_calib(bool quick) {
 }
 
 /* The generic kernel (attn_kernel_gen.cuh): the head dims 32, 64, 96 (dense rotation) and 256, and at
- * 128 the records the tensor-core kernels do not read (3-, 5..8-bit stages, f32 scales, QJL m != d). */
+ * 128 the records the tensor-core kernels do not read (5..8-bit and rvq / tq-prod 3-bit stages, f32
+ * scales, QJL m != d) and tq-mse:3 moved to it (the classic kernel serves it: test_attention_tq3). */
 static void test_attention_generic(bool quick) {
     const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
     struct {
@@ -1379,18 +1381,21 @@ static void test_attention_generic(bool quick) {
             run_attn_case(tc, seed++, true);
         }
     }
-    /* d = 128 with a stage the tensor-core kernels do not read: the generic kernel */
+    /* d = 128 with a stage the tensor-core kernels do not read: the generic kernel (forced for tq-mse:3,
+     * which the classic kernel now reads) */
     const char *p128[][2] = {{"tq-mse:3", "tq-mse:3"}, {"tq-mse:3", "tq-mse:4"}, {"tq-mse:4", "tq-mse:3"},
                              {"rvq:3", "rvq:3"},       {"tq-mse:6", "tq-mse:7"}, {"tq-mse:4+scale32", "tq-mse:4"},
                              {"qjl:64", "tq-mse:2"},   {"tq-prod:4", "tq-mse:3"}};
     for (auto &pr : p128) {
         AttnCase tc = {pr[0], pr[1], 2, 8, 64, (i % 2) ? 32 : 0, lens, wl};
+        tc.generic = true;
         i++;
         run_attn_case(tc, seed++, true);
     }
     /* many chunks, grouped queries */
     AttnCase g = {"tq-mse:3", "tq-mse:3", 2, 24, 64, 16, {33, 7000}, {16, 3}};
     g.d = 256;
+    g.generic = true;
     run_attn_case(g, seed++, true);
     AttnCase g96 = {"tq-mse:4", "tq-mse:2", 3, 3, 32, 0, {129, 64, 1}, {}};
     g96.d = 96;
@@ -1418,6 +1423,7 @@ static void test_attention_generic(bool quick) {
     if (!quick) {
         AttnCase big = {"tq-mse:3", "tq-mse:3", 4, 16, 256, 64, {32768, 4097}, {64, 10}};
         big.d = 64;
+        big.generic = true;
         run_attn_case(big, seed++, true);
     }
     /* what no kernel serves: an error, nothing launched */
@@ -1472,6 +1478,71 @@ static void test_attention_tcq(bool quick) {
     AttnCase g = {"tq-mse:5+chscale", "tcq:3", 4, 16, 64, 16, {33, 2600}, {16, 3}};
     g.calib = 1;
     run_attn_case(g, seed++, true);
+}
+
+/* tq-mse:3 on the classic kernel (attn_tq3.cuh): K and V alone and beside every other classic
+ * format at d = 128 (one and two 3-bit tables; beside tq-mse:4 the layer has a 3- and a 4-bit
+ * table), and at d = 64 (the linear staging) and 256; odd lengths, chunk boundaries (forced chunks
+ * of 64 tiles: 1024 tokens), the f16 window, grouped queries, calibrated plans, the generic kernel's
+ * result on the same case (forced) for one pair. */
+static void test_attention_tq3(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    struct {
+        const char *k, *v;
+        int d;
+    } pairs[] = {{"tq-mse:3", "tq-mse:3", 128},  {"tq-mse:3", "tq-mse:4", 128},   {"tq-mse:4", "tq-mse:3", 128},
+                 {"tq-mse:3", "tq-mse:2", 128},  {"tq-mse:2", "tq-mse:3", 128},   {"q8", "tq-mse:3", 128},
+                 {"tq-mse:3", "q8", 128},        {"f16", "tq-mse:3", 128},        {"tq-mse:3", "f16", 128},
+                 {"tq-mse:3", "tq-mse:1", 128},  {"tq-mse:1", "tq-mse:3", 128},   {"tq-mse:3", "rvq:2", 128},
+                 {"rvq:4", "tq-mse:3", 128},     {"tq-prod:3", "tq-mse:3", 128},  {"qjl", "tq-mse:3", 128},
+                 {"tq-mse:3", "tq-mse:3+cb=gauss", 128}, {"tq-mse:3+norot", "tq-mse:3+norot", 128},
+                 {"tq-mse:3+scale=norm", "tq-mse:3", 128},
+                 {"tq-mse:3", "tq-mse:3", 64},   {"tq-mse:3", "tq-mse:4", 64},    {"q8", "tq-mse:3", 64},
+                 {"tq-mse:3", "tq-mse:2", 64},   {"f16", "tq-mse:3", 64},
+                 {"tq-mse:3", "tq-mse:3", 256},  {"tq-mse:4", "tq-mse:3", 256},   {"tq-mse:3", "q8", 256},
+                 {"tq-mse:2", "tq-mse:3", 256},  {"tq-mse:3", "f16", 256}};
+    uint64_t seed = 13000;
+    int i = 0;
+    for (auto &pr : pairs) {
+        const int HQs[] = {8, 6, 2, 16};
+        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
+                       lens, wl};
+        tc.d = pr.d;
+        i++;
+        if (quick && (i % 3) != 1) continue;
+        run_attn_case(tc, seed++, true);
+    }
+    /* chunk boundaries: chunks of 64 tiles (1024 tokens) forced, lengths on both sides of them and
+     * of pages and tiles (P = 64), with and without the window */
+    const std::vector<int> edge = {1023, 1024, 1025, 2047, 2049, 15, 16, 63, 65};
+    const std::vector<int> edge_w = {3, 0, 32, 1, 17, 0, 5, 31, 2};
+    for (int d : {128, 64, 256}) {
+        AttnCase c = {"tq-mse:3", "tq-mse:3", 2, 8, 64, d == 64 ? 32 : 0, edge, edge_w, d == 256 ? 32 : 64};
+        c.d = d;
+        run_attn_case(c, seed++, true);
+    }
+    AttnCase c34 = {"tq-mse:3", "tq-mse:4", 2, 16, 64, 32, edge, edge_w, 64};
+    run_attn_case(c34, seed++, true);
+    AttnCase c43 = {"tq-mse:4", "tq-mse:3", 3, 3, 32, 0, edge, {}, 128};
+    run_attn_case(c43, seed++, true);
+    /* grouped queries (3 groups of 8), many chunks by the rule, the window */
+    AttnCase g = {"tq-mse:3", "tq-mse:3", 2, 24, 64, 16, {33, 7000}, {16, 3}};
+    run_attn_case(g, seed++, true);
+    /* calibrated plans (the records are the inner plan's) */
+    for (int d : {128, 64}) {
+        AttnCase cal = {"tq-mse:3+chscale", "tq-mse:3+center", 2, 8, 64, 32, lens, wl};
+        cal.d = d;
+        cal.calib = 1;
+        run_attn_case(cal, seed++, true);
+    }
+    /* the same case on the generic kernel (its f32 baseline) */
+    AttnCase fg = {"tq-mse:3", "tq-mse:3", 2, 8, 64, 32, {1, 300, 2500}, {0, 5, 32}};
+    fg.generic = true;
+    run_attn_case(fg, seed++, true);
+    if (!quick) {
+        AttnCase big = {"tq-mse:3", "tq-mse:3", 8, 32, 256, 128, {32768, 4097}, {128, 100}};
+        run_attn_case(big, seed++, true);
+    }
 }
 
 /* ---- the decode path in a CUDA graph ------------------------------------------------
@@ -1838,6 +1909,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         if (!strcmp(argv[i], "--debug")) g_debug = 1;
         if (!strcmp(argv[i], "--tcq")) g_only_tcq = true;
+        if (!strcmp(argv[i], "--tq3")) g_only_tq3 = true;
     }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
@@ -1855,6 +1927,11 @@ int main(int argc, char **argv) {
         printf("test_cuda --tcq: %d checks, %d failed\n", g_checks, g_fail);
         return g_fail ? 1 : 0;
     }
+    if (g_only_tq3) {
+        test_attention_tq3(quick);
+        printf("test_cuda --tq3: %d checks, %d failed\n", g_checks, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_encode(quick);
     test_encode_tcq(quick);
     test_encode_calib(quick);
@@ -1862,6 +1939,7 @@ int main(int argc, char **argv) {
     test_attention_calib(quick);
     test_attention_generic(quick);
     test_attention_tcq(quick);
+    test_attention_tq3(quick);
     test_graph();
     test_seq_map();
     test_padding_slots();
