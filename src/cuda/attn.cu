@@ -24,18 +24,19 @@
 KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
-static const kvqa::launch_fn k_table[12][8] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
-/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4 (index kd_index) */
+static const kvqa::launch_fn k_table[13][9] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
+/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3 (index kd_index) */
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
 #define KVQ_ATTN_ROWD_ONE(DD, KN, KT, VN, VT) kvq_attn_launch_d##DD##_##KN##_##VN,
 #define KVQ_ATTN_ROWD(DD, KN, KT) {KVQ_ATTN_VD_FORMATS(KVQ_ATTN_ROWD_ONE, DD, KN, KT)},
-static const kvqa::launch_fn k_table64[4][4] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
-static const kvqa::launch_fn k_table256[4][4] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
+static const kvqa::launch_fn k_table64[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
+static const kvqa::launch_fn k_table256[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
 
-enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
-enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4 };
-static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1, "v_format: the V formats are the first K formats");
+enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
+enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4, VF_TQ3 };
+static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1 && (int)VF_TQ3 == (int)KF_TQ3,
+              "v_format: the V formats are the first K formats");
 
 using kvqa::D;
 using kvqa::QPB;
@@ -65,11 +66,12 @@ struct kvq_cuda_layer {
 
 static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
 
-/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/4). */
+/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4). */
 static int fast_dim(int d) { return d == 64 || d == D || d == 256; }
 static int k_format(const kvq_cuda_plan *p) {
     if (!fast_dim(p->d) || p->sb != 2 || p->rot == 2) return -1;
     const int w = w_index(p->bits);
+    if (p->kind == KVQ_LAY_TQ && p->bits == 3) return KF_TQ3; /* attn_tq3.cuh, every fast dim */
     if (p->d != D) {
         if (p->kind == KVQ_LAY_F16) return KF_F16;
         if (p->kind == KVQ_LAY_Q8) return KF_Q8;
@@ -132,8 +134,8 @@ static kvqa::GenFmt gen_f16(int d) {
     F.len = d;
     return F;
 }
-/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4). */
-static int kd_index(int f) { return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : 3; }
+/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4, TQ3). */
+static int kd_index(int f) { return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : f == KF_TQ4 ? 3 : 4; }
 static kvqa::launch_fn fast_fn(int d, int kf, int vf) {
     if (d == D) return k_table[kf][vf];
     return (d == 64 ? k_table64 : k_table256)[kd_index(kf)][kd_index(vf)];
@@ -157,6 +159,17 @@ static int add_lut(kvq_cuda_layer *L, const float **host_c, int w, const float *
     host_c[i] = hc;
     L->lut_bytes += (bytes + 15) & ~15;
     return L->lut[i].off;
+}
+
+/* The 3-bit tables (attn_lut.cuh, attn_tq3.cuh), before any other: the LUT region's first LUT3_BYTES,
+ * K's codebook in the rows' first halves (LUT3_K), V's in their second halves (LUT3_V), so that the
+ * kernel's lookups take constant offsets (kc, vc: NULL for a side that is not tq-mse:3). */
+static void add_lut3(kvq_cuda_layer *L, const float *kc, const float *vc) {
+    if (kc) L->lut[L->nlut].off = kvqa::LUT3_K, L->lut[L->nlut].w = 3, L->lut[L->nlut++].c = kc;
+    if (vc) L->lut[L->nlut].off = kvqa::LUT3_V, L->lut[L->nlut].w = 3, L->lut[L->nlut++].c = vc;
+    L->klut[0] = kvqa::LUT3_K;
+    L->vlut[0] = kvqa::LUT3_V;
+    L->lut_bytes = kvqa::LUT3_BYTES;
 }
 
 /* The generic kernel's set-up of a layer (creation and kvq_cuda_layer_force_generic): its K / V
@@ -188,7 +201,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     kvqa::GenFmt gk, gv;
     const int gen = kf < 0 || vf < 0;
     if (gen) {
-        /* the generic kernel: other head dims, 3- and 5..8-bit stages, f32 scales, other QJL sizes */
+        /* the generic kernel: other head dims, 5..8-bit stages (and rvq:3, tq-prod:4), f32 scales, other QJL sizes */
         if (!gen_dim(d)) return KVQ_ERR_UNSUPPORTED_DIM;
         int rc = gen_format(cfg->k, 0, &gk);
         if (!rc) rc = gen_format(cfg->v, 1, &gv);
@@ -216,6 +229,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     const float *hc[4] = {0, 0, 0, 0};
     const kvq_cuda_plan *k = cfg->k, *v = cfg->v;
     const int kw = k->bits;
+    if (kf == KF_TQ3 || vf == VF_TQ3) add_lut3(L, kf == KF_TQ3 ? k->c1 : NULL, vf == VF_TQ3 ? v->c1 : NULL);
     if (kf >= KF_TQ1 && kf <= KF_TQ4) L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);
     if (kf >= KF_RVQ1 && kf <= KF_RVQ4) {
         L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);

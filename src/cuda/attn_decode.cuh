@@ -159,6 +159,7 @@ KVQ_HD float2 scale_pair(const uint8_t *f, int t) {
 template <int W, int DD = 128>
 KVQ_HD void kdec_w(const uint8_t *f, const uint8_t *L, int r, int qq, int lane4, uint32_t kb[DD / 8]) {
     static_assert(DD == 128 || W != 1, "1-bit stages: d = 128 only");
+    static_assert(W == 1 || W == 2 || W == 4, "3-bit stages: KTQ3 (attn_tq3.cuh)");
     if constexpr (W == 4) kdec4<DD>(f, L, r, qq, lane4, kb);
     else if constexpr (W == 2) kdec2<DD>(f, L, r, qq, kb);
     else kdec1(f, L, r, qq, kb);
@@ -203,6 +204,7 @@ KVQ_UNROLL
  * bytes at g DD/16 of the DD/2; 2-bit: DD/32 bytes at g DD/32 of the DD/4; 1-bit: d = 128). */
 template <int W, int DD = 128> struct VStage {
     static_assert(DD == 128 || W != 1, "1-bit stages: d = 128 only");
+    static_assert(W == 1 || W == 2 || W == 4, "3-bit stages: VTQ3 (attn_tq3.cuh)");
     static constexpr int NWD = W == 4 ? DD / 64 : W == 2 ? (DD >= 128 ? DD / 128 : 1) : 1;
     uint32_t x[4][NWD];
     KVQ_HD void load(const uint8_t *f, int g, int qq) {

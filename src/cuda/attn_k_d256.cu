@@ -1,4 +1,4 @@
-/* Attention kernels at head dim 256 (issue 17, Gemma 3): K and V in f16, q8, tq-mse:2, tq-mse:4, and the f16 window. */
+/* Attention kernels at head dim 256 (issue 17, Gemma 3): K and V in f16, q8, tq-mse:2, tq-mse:4, tq-mse:3, and the f16 window. */
 #include "attn_launch.cuh"
 
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DEFD_K, 256)

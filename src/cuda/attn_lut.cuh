@@ -9,6 +9,11 @@
  *          table at d = 128 (LUT_W2X), a byte -> both nibbles' pairs replicated per lane
  *          in rows of 256 bytes (64 KiB): the low nibble's pair at byte << 8 | 4l, the
  *          high nibble's 128 bytes further (address = one PRMT; both loads conflict-free);
+ *   3-bit: a 6-bit index of two codes (attn_tq3.cuh: la | lb << 2 | ha << 4 | hb << 5, code =
+ *          low 2 bits | high bit << 2) -> (c[code a], c[code b]), replicated per lane in rows
+ *          of 256 bytes (lane l at index * 256 + 4l: the index byte to bits 8..15 and 4l to bits
+ *          0..7 of the address in one PRMT), conflict-free; K's table in the rows' first halves,
+ *          V's in their second halves (LUT3_K, LUT3_V: 16 KiB at offset 0 of the LUT region);
  *   1-bit and QJL signs: a nibble -> four values.
  */
 #ifndef KVQ_ATTN_LUT_CUH
@@ -23,6 +28,8 @@ constexpr int LUT4_BYTES = 256 * 32 * 4; /* 4-bit table, rows of 128 bytes */
 constexpr int WROW = 256;                /* bytes per row of the wide table */
 constexpr int WLUT = 256 * WROW;         /* 64 KiB */
 constexpr int LUT_W2X = 22;              /* LutDesc.w of the 2-bit byte table (WLUT bytes) */
+constexpr int LUT3_BYTES = 64 * WROW;    /* the 3-bit tables: 64 rows of 256 bytes at offset 0 of the LUT region */
+constexpr int LUT3_K = 0, LUT3_V = 128;  /* K's and V's 3-bit table: the rows' first and second halves */
 
 /* byte b of w looked up in a table of 128-byte rows */
 template <int B> KVQ_HD uint32_t lut4w(const uint8_t *L, uint32_t w, int lane4) {
@@ -76,6 +83,25 @@ __device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nt
         *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(v, v, v, v);
     }
 }
+/* byte B of w (a 6-bit index) looked up in the 3-bit table T (LUT3_K or LUT3_V from the LUT region's
+ * start): entry of lane l at byte * 256 + 4l, that offset one PRMT (B constant after unrolling;
+ * lane4 = 4l); ptxas adds the region's shared address by an IMAD.IADD (sm_90, nvcc 13.0), the
+ * table's offset goes into the LDS: 3 instructions a lookup, as lut4w */
+KVQ_HD uint32_t lut3(const uint8_t *T, uint32_t w, int B, uint32_t lane4) {
+    return ld32(T + prmt(w, lane4, 0x5504u | ((uint32_t)B << 4)));
+}
+/* The 3-bit table of centroids c (8 entries) at dst (LUT3_K or LUT3_V): entry i = (c[(i & 3) | (i >> 4 & 1) << 2],
+ * c[(i >> 2 & 3) | (i >> 5) << 2]) in bytes 0..127 of row i (dst + 256 i), by 512 16-byte stores (4 lanes'
+ * copies each). */
+KVQ_HD uint32_t lut3_entry(const float *c, int i) {
+    return pack2(c[(i & 3) | ((i >> 2) & 4)], c[((i >> 2) & 3) | ((i >> 3) & 4)]);
+}
+__device__ __forceinline__ void build_lut3(uint8_t *dst, const float *c, int nthreads) {
+    for (int e = threadIdx.x; e < 64 * 8; e += nthreads) {
+        const uint32_t v = lut3_entry(c, e >> 3);
+        *(uint4 *)(dst + (e >> 3) * WROW + (e & 7) * 16) = make_uint4(v, v, v, v);
+    }
+}
 /* nibble -> (c[n & 3], c[n >> 2]) */
 KVQ_HD uint32_t lut2(const uint8_t *L, uint32_t nib) { return ld32(L + (nib << 2)); }
 /* nibble -> (c[b0], c[b1]), (c[b2], c[b3]) */
@@ -101,6 +127,8 @@ __device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
             build_lut4<128>(lut + L.off, L.c, blockDim.x);
         } else if (L.w == LUT_W2X) {
             build_lut2x(lut + L.off, L.c, blockDim.x);
+        } else if (L.w == 3) {
+            build_lut3(lut + L.off, L.c, blockDim.x);
         } else if (L.w == 2) {
             for (int n = threadIdx.x; n < 16; n += blockDim.x) dst[n] = pack2(L.c[n & 3], L.c[n >> 2]);
         } else {

@@ -19,7 +19,7 @@ __host__ __device__ constexpr int state_floats(int d) { return 2 * QPB + QPB * d
 
 struct LutDesc {
     int off; /* byte offset in the LUT region */
-    int w;   /* 4, 2, 1; 0 = signs {-1, +1} */
+    int w;   /* 4, 3, 2, 1; 0 = signs {-1, +1}; LUT_W2X */
     const float *c;
 };
 

@@ -4,16 +4,23 @@
  * per token), each field XOR-swizzled by its row size so that the K-side
  * (token x quarter) and V-side (coordinate group x token) reads are free of
  * bank conflicts; and the cp.async copies that fill it from a page or from
- * the f16 rows of the window pass (the sink, the window ring).
+ * the f16 rows of the window pass (the sink, the window ring). A field may be staged in two regions (tq-mse:3: its
+ * 2-bit and 1-bit sub-fields, each swizzled as a field of its own size; the
+ * format's SPLIT), or, when its size is neither a multiple nor a divisor of
+ * 16 bytes (tq-mse:3 at d = 64: 24 bytes), linearly.
  */
 #ifndef KVQ_ATTN_TILE_CUH
 #define KVQ_ATTN_TILE_CUH
+
+#include <type_traits>
 
 #include "attn_params.cuh"
 
 namespace kvqa {
 
-template <int R> __host__ __device__ __forceinline__ int swz(int t) {
+/* The XOR swizzle (in 16-byte chunks) of token t's row in a field region of R bytes per token; a
+ * function of R at run time too (the tests stage tiles with it). */
+__host__ __device__ __forceinline__ constexpr int swz_of(int R, int t) {
     return R == 32    ? ((t >> 2) & 1) << 1
          : R == 64    ? (t & 6)
          : R == 128   ? (t & 7)
@@ -21,6 +28,7 @@ template <int R> __host__ __device__ __forceinline__ int swz(int t) {
          : R == 512   ? (t & 7) /* f16 rows at d = 256 */
                       : 0;
 }
+template <int R> __host__ __device__ __forceinline__ int swz(int t) { return swz_of(R, t); }
 /* Byte offset of byte b (a read never crosses 16 bytes) of token t in a field region of R bytes per token. */
 template <int R> __host__ __device__ __forceinline__ int faddr(int t, int b) {
     if (R < 16) return t * R + b;
@@ -28,12 +36,42 @@ template <int R> __host__ __device__ __forceinline__ int faddr(int t, int b) {
     return ((k ^ swz<R>(t)) << 4) | (b & 15);
 }
 
-template <int R> __device__ __forceinline__ void load_field(uint8_t *dst, const uint8_t *src, int nvalid, int lane) {
-    /* 16 tokens x R bytes, contiguous in global; chunk c holds token c/(R/16) (R >= 16) or 16/R tokens */
+/* Staged chunk of source chunk c of a field of R bytes a token (16 tokens contiguous in the page),
+ * and the token tok of its first byte (the chunk is copied when tok is valid):
+ *   R < 16 (a divisor): chunk c holds tokens 16c/R.., as in the page;
+ *   R % 16 != 0 otherwise (24): linear, as in the page (token t at byte R t);
+ *   RA = 0: chunk c of token c / (R/16), swizzled by swz_of(R, tok);
+ *   RA > 0 (split): the token's first RA bytes in region A (RA bytes a token, swz_of(RA, tok)),
+ *           the other RB = R - RA in region B after it (at chunk RA, swz_of(RB, tok)). */
+__host__ __device__ __forceinline__ int stage_chunk(int R, int RA, int c, int &tok) {
+    if (R < 16 || R % 16) {
+        tok = 16 * c / R;
+        return c;
+    }
+    const int n = R / 16, k = c % n;
+    tok = c / n;
+    if (RA == 0) return c ^ swz_of(R, tok);
+    const int na = RA / 16, nb = n - na;
+    return k < na ? (tok * na + k) ^ swz_of(RA, tok) : RA + ((tok * nb + k - na) ^ swz_of(R - RA, tok));
+}
+
+/* SPLIT[f] of a format (bytes of field f's region A; 0: one region), 0 for formats without SPLIT;
+ * field_split<F, f> the same as a constant for device code. */
+template <class F, class = void> struct FieldSplit {
+    static constexpr int at(int) { return 0; }
+};
+template <class F> struct FieldSplit<F, std::void_t<decltype(F::SPLIT)>> {
+    static constexpr int at(int f) { return F::SPLIT[f]; }
+};
+template <class F, int I> constexpr int field_split = FieldSplit<F>::at(I);
+
+template <int R, int RA = 0>
+__device__ __forceinline__ void load_field(uint8_t *dst, const uint8_t *src, int nvalid, int lane) {
+    /* 16 tokens x R bytes, contiguous in global, in 16-byte chunks (stage_chunk) */
 #pragma unroll
     for (int c = lane; c < R; c += 32) {
-        const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
-        const int pc = R >= 16 ? (c ^ swz<R>(tok)) : c;
+        int tok;
+        const int pc = stage_chunk(R, RA, c, tok);
         kvq_cp_async16(dst + 16 * pc, src + 16 * c, tok < nvalid ? 16 : 0);
     }
 }
@@ -42,7 +80,7 @@ __device__ __forceinline__ void load_record_fields(uint8_t *dst, const uint8_t *
     if constexpr (I < F::NF) {
         /* the field's offset in the run in 32 bits (< 2^31: P slots of one head's records) */
         constexpr int off = F::OFF[I], size = F::SIZE[I];
-        load_field<size>(dst + 16 * off, run + (uint32_t)(off * P + slot0 * size), nvalid, lane);
+        load_field<size, field_split<F, I>>(dst + 16 * off, run + (uint32_t)(off * P + slot0 * size), nvalid, lane);
         load_record_fields<F, I + 1>(dst, run, P, slot0, nvalid, lane);
     }
 }

@@ -23,7 +23,8 @@
  *   - the decode path captured in a CUDA graph and replayed (test_graph);
  *   - causal rows of stored sequences through seq_map (test_seq_map);
  *   - the f16 sink (test_attention_sink): sink rows read by the window pass.
- * Usage: test_cuda [--quick] [--tcq | --sink: the host checks and those cases only] [--debug]
+ * Usage: test_cuda [--quick] [--debug] [--tcq | --tq3 | --sink] (the host checks, then only the tcq
+ * encode and attention cases, the tq-mse:3 attention cases, or the sink cases)
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@
 
 #include "attn_kernel_gen.cuh"
 #include "attn_split.h"
-#include "attn_traits.cuh"
+#include "attn_tq3.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
 #include "kvq_cuda.h"
@@ -43,6 +44,7 @@ using namespace kvqa;
 
 static int g_fail = 0, g_checks = 0, g_debug = 0, g_dbg_lines = 0;
 static bool g_only_tcq = false; /* --tcq: the host checks and the tcq cases only */
+static bool g_only_tq3 = false; /* --tq3: the host checks and the tq-mse:3 attention cases only */
 #define EXPECT(cond, ...)                                                   \
     do {                                                                    \
         g_checks++;                                                         \
@@ -122,31 +124,28 @@ static HostPlan host_plan(const char *spec, uint64_t seed, int d) {
     h.d = d;
     return h;
 }
-/* swz<R>(t) for a field of R bytes a token known at run time (the sizes the kernels stage) */
-static int swz_rt(int R, int t) {
-    switch (R) {
-    case 32: return swz<32>(t);
-    case 64: return swz<64>(t);
-    case 128: return swz<128>(t);
-    case 256: return swz<256>(t);
-    case 512: return swz<512>(t);
-    }
-    return 0;
-}
-
-/* 16 records -> a staged tile region (field-major, swizzled as load_field does) */
-static void stage_records(const HostPlan &h, const std::vector<uint8_t> &recs, uint8_t *dst) {
+/* 16 records -> a staged tile region of format F (field-major, each field's chunks where load_field
+ * puts them: stage_chunk, with F's split of the field) */
+template <class F> static void stage_records(const HostPlan &h, const std::vector<uint8_t> &recs, uint8_t *dst) {
     for (int f = 0; f < h.L.nfield; f++) {
         const int R = h.L.size[f];
         std::vector<uint8_t> src(16 * R);
         for (int t = 0; t < 16; t++) memcpy(&src[t * R], &recs[t * h.L.bytes + h.L.off[f]], R);
         uint8_t *base = dst + 16 * h.L.off[f];
         for (int c = 0; c < R; c++) {
-            const int tok = R >= 16 ? c / (R / 16) : (c * 16) / R;
-            const int pc = R >= 16 ? c ^ swz_rt(R, tok) : c;
+            int tok;
+            const int pc = stage_chunk(R, FieldSplit<F>::at(f), c, tok);
             memcpy(base + 16 * pc, &src[16 * c], 16);
         }
     }
+}
+/* tq-mse records of 16 tokens with random index bytes (every code at every coordinate; the scales
+ * as encoded): the decoders' bit arithmetic on all patterns, not only the codes of Gaussian rows */
+static void randomize_tq_codes(const HostPlan &h, std::vector<uint8_t> &recs, uint64_t seed) {
+    if (h.t.kind != KVQ_LAY_TQ) return;
+    Rng r{seed};
+    for (int t = 0; t < 16; t++)
+        for (int i = 0; i < h.L.size[1]; i++) recs[t * h.L.bytes + h.L.off[1] + i] = (uint8_t)(r.next() >> 56);
 }
 
 /* host copy of build_luts */
@@ -156,6 +155,8 @@ static void host_lut(uint8_t *lut, int off, int w, const float *c) {
         for (int e = 0; e < 256 * 32; e++) dst[e] = pack2(c[(e >> 5) & 15], c[(e >> 5) >> 4]);
     } else if (w == 2) {
         for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
+    } else if (w == 3) { /* index i, lane l at i * 256 + 4l */
+        for (int e = 0; e < 64 * 32; e++) dst[(e >> 5) * (WROW / 4) + (e & 31)] = lut3_entry(c, e >> 5);
     } else if (w == LUT_W2X) { /* byte b, lane l: its low nibble's pair at b * 256 + 4l, its high's at + 128 */
         for (int e = 0; e < 256 * 64; e++) {
             const int b = e >> 6, n = (e & 32) ? b >> 4 : b & 15;
@@ -194,8 +195,9 @@ static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, b
 }
 
 /* The K format KF (at its head dim KF::HD) against the codec's layout and records: fields, the
- * coordinate map, every lane's decoded registers and the per-token scales. */
-template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
+ * coordinate map, every lane's decoded registers and the per-token scales (randomize: tq-mse
+ * records with random index bytes). */
+template <class KF> static void host_check_k(const char *spec, int lutw = 0, bool randomize = false) {
     constexpr int D = KF::HD;
     HostPlan h = host_plan(spec, 11, D);
     EXPECT(KF::BYTES == h.L.bytes, "%s d=%d: K format bytes %d vs layout %d", spec, D, KF::BYTES, h.L.bytes);
@@ -206,7 +208,8 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
     for (auto &v : x) v = (float)r.gauss();
     std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
     OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
-    stage_records(h, recs, tile.data());
+    if (randomize) randomize_tq_codes(h, recs, 79);
+    stage_records<KF>(h, recs, tile.data());
     std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
     AttnParams p;
     memset(&p, 0, sizeof p);
@@ -265,8 +268,9 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0) {
     kvq_plan_free(h.p);
 }
 
-/* The V format VF (at its head dim VF::HD): fields, the coordinate map, every lane's A fragments. */
-template <class VF> static void host_check_v(const char *spec, int lutw = 0) {
+/* The V format VF (at its head dim VF::HD): fields, the coordinate map, every lane's A fragments
+ * (randomize: as host_check_k). */
+template <class VF> static void host_check_v(const char *spec, int lutw = 0, bool randomize = false) {
     constexpr int D = VF::HD;
     HostPlan h = host_plan(spec, 12, D);
     EXPECT(VF::BYTES == h.L.bytes, "%s d=%d: V format bytes %d vs layout %d", spec, D, VF::BYTES, h.L.bytes);
@@ -275,13 +279,15 @@ template <class VF> static void host_check_v(const char *spec, int lutw = 0) {
     for (auto &v : x) v = (float)r.gauss() * 3;
     std::vector<uint8_t> recs(16 * h.L.bytes), tile(16 * h.L.bytes + 64);
     OK(kvq_encode(h.p, x.data(), KVQ_DTYPE_F32, 16, recs.data()));
-    stage_records(h, recs, tile.data());
+    if (randomize) randomize_tq_codes(h, recs, 80);
+    stage_records<VF>(h, recs, tile.data());
     std::vector<uint8_t> lut(2 * LUT4_BYTES + 1024);
     AttnParams p;
     memset(&p, 0, sizeof p);
     p.vlut[0] = 0;
     p.vlut[1] = LUT4_BYTES;
-    if (h.t.n1) host_lut(lut.data(), 0, lutw ? lutw : h.t.bits, h.t.c1); /* lutw: LUT_W2X */
+    /* lutw: LUT_W2X; a 3-bit V table in the rows' second halves (LUT3_V) */
+    if (h.t.n1) host_lut(lut.data(), h.t.bits == 3 ? LUT3_V : 0, lutw ? lutw : h.t.bits, h.t.c1);
     if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
     std::vector<int> seen(D, 0);
     for (int g = 0; g < 8; g++)
@@ -471,6 +477,25 @@ static void host_checks(void) {
             EXPECT(bad == 0, "swizzle R=%d is not a permutation", R);
         }
     }
+    /* the staging of every field size the kernels copy (R bytes a token; RA: tq-mse:3's split) is a
+     * permutation of the tile's 16-byte chunks, each chunk tagged with the token of its first byte */
+    {
+        const int fields[][2] = {{2, 0},  {4, 0},  {8, 0},   {16, 0},  {24, 0},  {32, 0},
+                                 {48, 32}, {64, 0}, {96, 64}, {128, 0}, {256, 0}, {512, 0}};
+        for (auto &fr : fields) {
+            const int R = fr[0], RA = fr[1];
+            std::vector<int> seen(R, 0);
+            int bad = 0;
+            for (int c = 0; c < R; c++) {
+                int tok;
+                const int pc = stage_chunk(R, RA, c, tok);
+                if (pc < 0 || pc >= R || tok != 16 * c / R) bad++;
+                else seen[pc]++;
+            }
+            for (int v : seen) bad += v != 1;
+            EXPECT(bad == 0, "staging R=%d RA=%d is not a permutation of the chunks", R, RA);
+        }
+    }
     host_check_k<KF16>("f16");
     host_check_k<KQ8>("q8");
     host_check_k<KTQ<1>>("tq-mse:1");
@@ -493,6 +518,24 @@ static void host_checks(void) {
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
+    /* tq-mse:3 (attn_tq3.cuh) at every tensor-core head dim: encoded rows, random index bytes, a
+     * Gaussian codebook, no rotation */
+    host_check_k<KTQ3<128>>("tq-mse:3");
+    host_check_k<KTQ3<128>>("tq-mse:3", 0, true);
+    host_check_k<KTQ3<128>>("tq-mse:3+cb=gauss", 0, true);
+    host_check_k<KTQ3<128>>("tq-mse:3+norot");
+    host_check_v<VTQ3<128>>("tq-mse:3");
+    host_check_v<VTQ3<128>>("tq-mse:3", 0, true);
+    host_check_v<VTQ3<128>>("tq-mse:3+cb=gauss", 0, true);
+    host_check_v<VTQ3<128>>("tq-mse:3+norot");
+    host_check_k<KTQ3<64>>("tq-mse:3");
+    host_check_k<KTQ3<64>>("tq-mse:3", 0, true);
+    host_check_v<VTQ3<64>>("tq-mse:3");
+    host_check_v<VTQ3<64>>("tq-mse:3", 0, true);
+    host_check_k<KTQ3<256>>("tq-mse:3");
+    host_check_k<KTQ3<256>>("tq-mse:3", 0, true);
+    host_check_v<VTQ3<256>>("tq-mse:3");
+    host_check_v<VTQ3<256>>("tq-mse:3", 0, true);
     /* the formats of the other head dims (issue 17) */
     host_check_k<KF16T<64>>("f16");
     host_check_k<KQ8T<64>>("q8");
@@ -1337,7 +1380,8 @@ static void test_attention_calib(bool quick) {
 }
 
 /* The generic kernel (attn_kernel_gen.cuh): the head dims 32, 64, 96 (dense rotation) and 256, and at
- * 128 the records the tensor-core kernels do not read (3-, 5..8-bit stages, f32 scales, QJL m != d). */
+ * 128 the records the tensor-core kernels do not read (5..8-bit and rvq / tq-prod 3-bit stages, f32
+ * scales, QJL m != d) and tq-mse:3 moved to it (the classic kernel serves it: test_attention_tq3). */
 static void test_attention_generic(bool quick) {
     const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
     struct {
@@ -1359,18 +1403,21 @@ static void test_attention_generic(bool quick) {
             run_attn_case(tc, seed++, true);
         }
     }
-    /* d = 128 with a stage the tensor-core kernels do not read: the generic kernel */
+    /* d = 128 with a stage the tensor-core kernels do not read: the generic kernel (forced for tq-mse:3,
+     * which the classic kernel now reads) */
     const char *p128[][2] = {{"tq-mse:3", "tq-mse:3"}, {"tq-mse:3", "tq-mse:4"}, {"tq-mse:4", "tq-mse:3"},
                              {"rvq:3", "rvq:3"},       {"tq-mse:6", "tq-mse:7"}, {"tq-mse:4+scale32", "tq-mse:4"},
                              {"qjl:64", "tq-mse:2"},   {"tq-prod:4", "tq-mse:3"}};
     for (auto &pr : p128) {
         AttnCase tc = {pr[0], pr[1], 2, 8, 64, (i % 2) ? 32 : 0, lens, wl};
+        tc.generic = true;
         i++;
         run_attn_case(tc, seed++, true);
     }
     /* many chunks, grouped queries */
     AttnCase g = {"tq-mse:3", "tq-mse:3", 2, 24, 64, 16, {33, 7000}, {16, 3}};
     g.d = 256;
+    g.generic = true;
     run_attn_case(g, seed++, true);
     AttnCase g96 = {"tq-mse:4", "tq-mse:2", 3, 3, 32, 0, {129, 64, 1}, {}};
     g96.d = 96;
@@ -1398,6 +1445,7 @@ static void test_attention_generic(bool quick) {
     if (!quick) {
         AttnCase big = {"tq-mse:3", "tq-mse:3", 4, 16, 256, 64, {32768, 4097}, {64, 10}};
         big.d = 64;
+        big.generic = true;
         run_attn_case(big, seed++, true);
     }
     /* what no kernel serves: an error, nothing launched */
@@ -1538,6 +1586,71 @@ static void test_sink_errors(void) {
     kvq_cuda_layer_free(plain);
     kvq_cuda_plan_free(cp);
     kvq_plan_free(kp);
+}
+
+/* tq-mse:3 on the classic kernel (attn_tq3.cuh): K and V alone and beside every other classic
+ * format at d = 128 (one and two 3-bit tables; beside tq-mse:4 the layer has a 3- and a 4-bit
+ * table), and at d = 64 (the linear staging) and 256; odd lengths, chunk boundaries (forced chunks
+ * of 64 tiles: 1024 tokens), the f16 window, grouped queries, calibrated plans, the generic kernel's
+ * result on the same case (forced) for one pair. */
+static void test_attention_tq3(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    struct {
+        const char *k, *v;
+        int d;
+    } pairs[] = {{"tq-mse:3", "tq-mse:3", 128},  {"tq-mse:3", "tq-mse:4", 128},   {"tq-mse:4", "tq-mse:3", 128},
+                 {"tq-mse:3", "tq-mse:2", 128},  {"tq-mse:2", "tq-mse:3", 128},   {"q8", "tq-mse:3", 128},
+                 {"tq-mse:3", "q8", 128},        {"f16", "tq-mse:3", 128},        {"tq-mse:3", "f16", 128},
+                 {"tq-mse:3", "tq-mse:1", 128},  {"tq-mse:1", "tq-mse:3", 128},   {"tq-mse:3", "rvq:2", 128},
+                 {"rvq:4", "tq-mse:3", 128},     {"tq-prod:3", "tq-mse:3", 128},  {"qjl", "tq-mse:3", 128},
+                 {"tq-mse:3", "tq-mse:3+cb=gauss", 128}, {"tq-mse:3+norot", "tq-mse:3+norot", 128},
+                 {"tq-mse:3+scale=norm", "tq-mse:3", 128},
+                 {"tq-mse:3", "tq-mse:3", 64},   {"tq-mse:3", "tq-mse:4", 64},    {"q8", "tq-mse:3", 64},
+                 {"tq-mse:3", "tq-mse:2", 64},   {"f16", "tq-mse:3", 64},
+                 {"tq-mse:3", "tq-mse:3", 256},  {"tq-mse:4", "tq-mse:3", 256},   {"tq-mse:3", "q8", 256},
+                 {"tq-mse:2", "tq-mse:3", 256},  {"tq-mse:3", "f16", 256}};
+    uint64_t seed = 13000;
+    int i = 0;
+    for (auto &pr : pairs) {
+        const int HQs[] = {8, 6, 2, 16};
+        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
+                       lens, wl};
+        tc.d = pr.d;
+        i++;
+        if (quick && (i % 3) != 1) continue;
+        run_attn_case(tc, seed++, true);
+    }
+    /* chunk boundaries: chunks of 64 tiles (1024 tokens) forced, lengths on both sides of them and
+     * of pages and tiles (P = 64), with and without the window */
+    const std::vector<int> edge = {1023, 1024, 1025, 2047, 2049, 15, 16, 63, 65};
+    const std::vector<int> edge_w = {3, 0, 32, 1, 17, 0, 5, 31, 2};
+    for (int d : {128, 64, 256}) {
+        AttnCase c = {"tq-mse:3", "tq-mse:3", 2, 8, 64, d == 64 ? 32 : 0, edge, edge_w, d == 256 ? 32 : 64};
+        c.d = d;
+        run_attn_case(c, seed++, true);
+    }
+    AttnCase c34 = {"tq-mse:3", "tq-mse:4", 2, 16, 64, 32, edge, edge_w, 64};
+    run_attn_case(c34, seed++, true);
+    AttnCase c43 = {"tq-mse:4", "tq-mse:3", 3, 3, 32, 0, edge, {}, 128};
+    run_attn_case(c43, seed++, true);
+    /* grouped queries (3 groups of 8), many chunks by the rule, the window */
+    AttnCase g = {"tq-mse:3", "tq-mse:3", 2, 24, 64, 16, {33, 7000}, {16, 3}};
+    run_attn_case(g, seed++, true);
+    /* calibrated plans (the records are the inner plan's) */
+    for (int d : {128, 64}) {
+        AttnCase cal = {"tq-mse:3+chscale", "tq-mse:3+center", 2, 8, 64, 32, lens, wl};
+        cal.d = d;
+        cal.calib = 1;
+        run_attn_case(cal, seed++, true);
+    }
+    /* the same case on the generic kernel (its f32 baseline) */
+    AttnCase fg = {"tq-mse:3", "tq-mse:3", 2, 8, 64, 32, {1, 300, 2500}, {0, 5, 32}};
+    fg.generic = true;
+    run_attn_case(fg, seed++, true);
+    if (!quick) {
+        AttnCase big = {"tq-mse:3", "tq-mse:3", 8, 32, 256, 128, {32768, 4097}, {128, 100}};
+        run_attn_case(big, seed++, true);
+    }
 }
 
 /* ---- the decode path in a CUDA graph ------------------------------------------------
@@ -1905,6 +2018,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--debug")) g_debug = 1;
         if (!strcmp(argv[i], "--tcq")) g_only_tcq = true;
         if (!strcmp(argv[i], "--sink")) only_sink = true;
+        if (!strcmp(argv[i], "--tq3")) g_only_tq3 = true;
     }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
@@ -1928,6 +2042,11 @@ int main(int argc, char **argv) {
         printf("test_cuda --sink: %d checks, %d failed\n", g_checks, g_fail);
         return g_fail ? 1 : 0;
     }
+    if (g_only_tq3) {
+        test_attention_tq3(quick);
+        printf("test_cuda --tq3: %d checks, %d failed\n", g_checks, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_encode(quick);
     test_encode_tcq(quick);
     test_encode_calib(quick);
@@ -1937,6 +2056,7 @@ int main(int argc, char **argv) {
     test_attention_tcq(quick);
     test_sink_errors();
     test_attention_sink(quick);
+    test_attention_tq3(quick);
     test_graph();
     test_seq_map();
     test_padding_slots();

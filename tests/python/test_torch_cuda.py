@@ -151,8 +151,8 @@ def test_attend_vs_float64_on_decoded_cache(kspec, vspec, W):
                                              ("q8", "tq-mse:2", 8, 256), ("tq-mse:3", "tq-mse:2", 8, 256),
                                              ("tq-mse:3", "tq-mse:3", 0, 128), ("rvq:3", "tq-mse:4+scale32", 0, 64)])
 def test_attend_other_head_dims_vs_float64(kspec, vspec, W, d):
-    """Head dims 64 and 256 (f16, q8, tq-mse:2/4: the tensor-core kernel, f16 inputs), 96 (dense rotation)
-    and 3-bit / f32-scale records (the generic kernel, f32)."""
+    """Head dims 64 and 256 (f16, q8, tq-mse:2/3/4: the tensor-core kernel, f16 inputs; tq-mse:3 also at
+    128), 96 (dense rotation) and rvq:3 / f32-scale records (the generic kernel, f32)."""
     lens = [1, 300, 0, 2049, 17]
     wins = [min(W, 5), W, min(W, 3), W, 0] if W else [0] * 5
     out, ref = _layer_case(kspec, vspec, 2, 8, 64, W, lens, wins,
