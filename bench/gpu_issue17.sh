@@ -31,6 +31,8 @@
 #        bench/torch_sdpa.py (every shape) in the same call.
 # prof:  (after table, same machine) ncu profiles and kernel durations of probe on /tmp/b, the chunk sweep (SWEEP=1),
 #        the PyTorch tests.
+# final: (session 13) new alone: test_cuda --quick and --sink, the PyTorch tests on libkvq-cuda, cuda_attn for
+#        every policy of the table (every shape), bench/torch_sdpa.py in the same call.
 # quick: (session 13) base (cuda_attn) and new (test_cuda, cuda_attn) built in parallel, test_cuda --quick on new,
 #        base vs new interleaved (tq-mse:4/4, tq-mse:2/2, q8; every shape; REPS times, default 1), the ncu
 #        profiles on new (and of tq-mse:2/2 on base), the kernel durations at the small shapes on new and base.
@@ -297,4 +299,27 @@ if [ "$MODE" = quick ]; then
     cat "$OUT/ab.log"
     [ "${PROF:-1}" = 1 ] && cat "$OUT/ncu_summary.txt" && grep -E "wavefronts|bank_conflicts|Duration" "$OUT/ncu_tq22base.txt"
     grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | tail -12
+fi
+if [ "$MODE" = final ]; then
+    t0=$(date +%s)
+    J=16 build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    ( timeout 200 /tmp/b/test_cuda --quick > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+      timeout 100 /tmp/b/test_cuda --sink > "$OUT/test_sink.log" 2>&1; echo "test_cuda --sink rc $?" >> "$OUT/test_sink.log" ) &
+    tc=$!
+    LD_LIBRARY_PATH=/tmp/b KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout 200 python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"
+    wait $tc
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for pol in tq-mse:4/4 tq-mse:2/2 tq-mse:4/2 tq-mse:3/3 rvq:2/2 tq-prod:3/tq-mse:2 q8 f16; do
+        /tmp/b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|copy" >> "$OUT/table.log"
+    done
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    timeout 150 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
+    echo "all: $(( $(date +%s) - t0 )) s"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" "$OUT/test_sink.log" | tail -20
+    tail -4 "$OUT/pytest_torch.log"
+    grep -E "B= 16 ctx= 32768|B=  1 ctx=131072" "$OUT/table.log"
+    grep -E "torch" "$OUT/torch_sdpa.txt" | tail -12
 fi
