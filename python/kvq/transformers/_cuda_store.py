@@ -276,7 +276,8 @@ class _Positions:
             step.dst = dst.reshape(B * T)
             step.wpos = pos.reshape(B * T)
             seqs = self.seq_idx.unsqueeze(1).expand(B, T)
-            step.sseq = (seqs if valid is None else torch.where(valid, seqs, -1)).reshape(B * T)
+            # contiguous: with B = 1 the reshape of the expanded rows is a stride-0 view (store_sink refuses it)
+            step.sseq = (seqs if valid is None else torch.where(valid, seqs, -1)).reshape(B * T).contiguous()
             n = new.unsqueeze(1) - T + t + 1  # positions row t of sequence b attends to
             if valid is not None:
                 n = torch.where(valid, n, 0)
