@@ -1281,6 +1281,14 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     return worst;
 }
 
+/* Case i of a list of pairs: 2 KV heads, 8 / 6 / 2 / 16 query heads and pages of 16 / 64 / 256 tokens
+ * in turn, window W (the lists' cases share their lengths). */
+static AttnCase varied_case(const char *k, const char *v, int i, int W, const std::vector<int> &lens,
+                            const std::vector<int> &wl) {
+    const int HQs[] = {8, 6, 2, 16};
+    return AttnCase{k, v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, W, lens, wl};
+}
+
 static void test_attention(bool quick) {
     const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
     const std::vector<int> lens0(lens.size(), 0);
@@ -1294,8 +1302,7 @@ static void test_attention(bool quick) {
     uint64_t seed = 100;
     int i = 0;
     for (auto &pr : pairs) {
-        const int HQs[] = {8, 6, 2, 16};
-        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0, lens, wl};
+        AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
         if (quick && i > 4) break;
         run_attn_case(tc, seed++, true);
         i++;
@@ -1365,8 +1372,7 @@ static void test_attention_calib(bool quick) {
     int i = 0;
     for (auto &pr : pairs)
         for (int W : {0, 32}) {
-            const int HQs[] = {8, 6, 2, 16};
-            AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, W, lens, wl};
+            AttnCase tc = varied_case(pr.k, pr.v, i, W, lens, wl);
             tc.d = pr.d;
             tc.calib = (i % 5 == 4) ? 2 : 1;
             i++;
@@ -1394,9 +1400,7 @@ static void test_attention_generic(bool quick) {
     int i = 0;
     for (int d : {64, 96, 256, 32}) {
         for (auto &pr : pairs) {
-            const int HQs[] = {8, 6, 2, 16};
-            AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
-                           lens, wl};
+            AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
             tc.d = d;
             i++;
             if (quick && (i % 4) != 1) continue;
@@ -1487,9 +1491,7 @@ static void test_attention_tcq(bool quick) {
     uint64_t seed = 11000;
     int i = 0;
     for (auto &pr : pairs) {
-        const int HQs[] = {8, 6, 2, 16};
-        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
-                       lens, wl};
+        AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
         tc.d = pr.d;
         tc.calib = pr.calib;
         i++;
@@ -1612,9 +1614,7 @@ static void test_attention_tq3(bool quick) {
     uint64_t seed = 13000;
     int i = 0;
     for (auto &pr : pairs) {
-        const int HQs[] = {8, 6, 2, 16};
-        AttnCase tc = {pr.k, pr.v, 2, HQs[i % 4], (i % 3 == 0) ? 16 : (i % 3 == 1) ? 64 : 256, (i % 2) ? 32 : 0,
-                       lens, wl};
+        AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
         tc.d = pr.d;
         i++;
         if (quick && (i % 3) != 1) continue;
