@@ -86,6 +86,10 @@ test_and_ab() {
     timeout "${TC_TIMEOUT:-240}" /tmp/b/test_cuda > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
     grep -E "FAIL|checks|rc |chunk" "$OUT/test_cuda.log" | head -30
     echo "tests: $(( $(date +%s) - t0 )) s"
+    ab_rounds "$1"
+}
+# base (/tmp/bb) vs new (/tmp/b) interleaved for tq-mse:4/4, tq-mse:2/2, q8 ($1 rounds) into $OUT/ab.log
+ab_rounds() {
     for r in $(seq "$1"); do
         for pol in tq-mse:4/4 tq-mse:2/2 q8; do
             for v in base new; do
@@ -279,14 +283,7 @@ if [ "$MODE" = quick ]; then
     timeout 200 /tmp/b/test_cuda --quick > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
     grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | head -20
     echo "tests: $(( $(date +%s) - t0 )) s"
-    for r in $(seq "${REPS:-1}"); do
-        for pol in tq-mse:4/4 tq-mse:2/2 q8; do
-            for v in base new; do
-                b=/tmp/b; [ $v = base ] && b=/tmp/bb
-                $b/cuda_attn --no-encode --policy "$pol" --runs 50 2>&1 | grep -E "B=" | sed "s/^/$v /" >> "$OUT/ab.log"
-            done
-        done
-    done
+    ab_rounds "${REPS:-1}"
     echo "ab: $(( $(date +%s) - t0 )) s"
     mkdir -p /tmp/x
     if [ "${PROF:-1}" = 1 ]; then
