@@ -22,8 +22,10 @@
  * --chunks T1,T2,...: the split-K sweep (issue 17): after the rule's chunking, the same cache timed with
  * each forced chunk of Ti 16-token tiles (kvq_cuda_layer_force_chunk; a multiple of the block's warps, at
  * most 32 per warp, 64 for the wide-table kernel; others are skipped), one line each ("chunk=Ti").
+ * --sink S: an f16 sink of S rows per sequence (policy sink=S; the rows zeros, the step reads S + ctx
+ * positions: the sink by the window pass, which is then merged with the main pass).
  * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--heads HQ H] [--generic] [--policy NAME]
- *                  [--shape B CTX] [--chunks T1,T2,...]
+ *                  [--shape B CTX] [--chunks T1,T2,...] [--sink S]
  */
 #include <math.h>
 #include <stdio.h>
@@ -203,12 +205,12 @@ static void free_plans(std::vector<kvq_plan *> &cpu) {
 }
 
 static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps, int D, int HQ, int H,
-                       bool generic) {
+                       bool generic, int sink) {
     const int P = 256;
     std::vector<kvq_plan *> kps, vps;
     kvq_cuda_plan *ck = make_plan(pol.k, D, 11, H, kps), *cv = make_plan(pol.v, D, 12, H, vps);
     const kvq_plan *kp = kps[0], *vp = vps[0];
-    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, 0};
+    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, sink};
     kvq_cuda_layer *L;
     OK(kvq_cuda_layer_create(&L, &cfg));
     if (generic) OK(kvq_cuda_layer_force_generic(L));
@@ -237,6 +239,15 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     CU(cudaMalloc(&dml, B * 4));
     std::vector<int32_t> ml(B, ctx);
     CU(cudaMemcpy(dml, ml.data(), B * 4, cudaMemcpyHostToDevice));
+    int32_t *dsl = NULL; /* --sink: S rows of f16 zeros per sequence */
+    void *dsink = NULL;
+    if (sink) {
+        CU(cudaMalloc(&dsink, kvq_cuda_layer_sink_bytes(L, B)));
+        CU(cudaMemset(dsink, 0, kvq_cuda_layer_sink_bytes(L, B)));
+        std::vector<int32_t> sl(B, sink);
+        CU(cudaMalloc(&dsl, B * 4));
+        CU(cudaMemcpy(dsl, sl.data(), B * 4, cudaMemcpyHostToDevice));
+    }
     CU(cudaMalloc(&dslot, (size_t)ctx * 4));
     CU(cudaMalloc(&dst, 4));
     CU(cudaMemset(dst, 0, 4));
@@ -271,7 +282,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         const int warm = 5;
         for (int i = 0; i < warm + runs; i++) {
             const int c = i % copies;
-            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, NULL, NULL};
+            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, dsl, dsink};
             CU(cudaEventRecord(e0));
             OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
             CU(cudaEventRecord(e1));
@@ -288,6 +299,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
         char heads[48] = "", chunk[32] = "";
         if (HQ != 32 || H != 8) snprintf(heads, sizeof heads, ", HQ %d / H %d", HQ, H);
+        if (sink) snprintf(heads + strlen(heads), sizeof heads - strlen(heads), ", sink=%d", sink);
         if (ct) snprintf(chunk, sizeof chunk, ", chunk=%d", ct);
         printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s%s%s%s)\n",
                pol.name, D, B, ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, heads,
@@ -297,9 +309,9 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
             fprintf(g_json,
                     "{\"bench\":\"attn\",\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"batch\":%d,\"ctx\":%d,\"hq\":%d,\"hkv\":%d,"
                     "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d,"
-                    "\"generic\":%d,\"chunk\":%d}\n",
+                    "\"generic\":%d,\"chunk\":%d,\"sink\":%d}\n",
                     pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs,
-                    generic ? 1 : 0, ct);
+                    generic ? 1 : 0, ct, sink);
     };
     timing(0);
     for (const char *c = g_chunks; c && *c;) {
@@ -315,6 +327,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     }
     CU(cudaFree(dbt));
     CU(cudaFree(dml));
+    CU(cudaFree(dsl));
+    CU(cudaFree(dsink));
     CU(cudaFree(dslot));
     CU(cudaFree(dst));
     CU(cudaFree(x));
@@ -330,7 +344,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
 
 int main(int argc, char **argv) {
     bool quick = false, no_encode = false;
-    int runs = 50, only_b = 0, only_ctx = 0, dim = 128, hq = 32, hkv = 8;
+    int runs = 50, only_b = 0, only_ctx = 0, dim = 128, hq = 32, hkv = 8, sink = 0;
     bool generic = false;
     const char *only_pol = NULL;
     for (int i = 1; i < argc; i++) {
@@ -344,6 +358,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--policy") && i + 1 < argc) only_pol = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 2 < argc) only_b = atoi(argv[++i]), only_ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chunks") && i + 1 < argc) g_chunks = argv[++i];
+        else if (!strcmp(argv[i], "--sink") && i + 1 < argc) sink = atoi(argv[++i]);
     }
     if (kvq_cuda_device_count() <= 0) {
         fprintf(stderr, "cuda_attn: no CUDA device\n");
@@ -375,16 +390,24 @@ int main(int argc, char **argv) {
                            {"tq-mse:3/3", "tq-mse:3", "tq-mse:3"},
                            {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
                            {"rvq:2/2", "rvq:2", "rvq:2"},
-                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"}};
+                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"},
+                           /* tcq and the README's pair: named by --policy only (the trellis encoder fills the
+                            * cache slowly) */
+                           {"tcq:3/tcq:3", "tcq:3", "tcq:3"},
+                           {"tcq:2/tcq:2", "tcq:2", "tcq:2"},
+                           {"tcq:4/tcq:4", "tcq:4", "tcq:4"},
+                           {"tq-mse:4/tcq:3", "tq-mse:4", "tcq:3"},
+                           {"tq-mse:5+chscale/tcq:3", "tq-mse:5+chscale", "tcq:3"}};
+    const size_t n_default = 9; /* the policies run without --policy */
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
                              {64, 4096}, {64, 32768}, {8, 131072}, {1, 131072}, {4, 131072}};
     for (auto &sh : shapes) {
         if (quick && sh[0] * (size_t)sh[1] > 16 * 32768) continue;
         if (only_b && (sh[0] != only_b || sh[1] != only_ctx)) continue;
         for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
-            if (only_pol && strcmp(only_pol, pols[i].name)) continue;
+            if (only_pol ? strcmp(only_pol, pols[i].name) != 0 : i >= n_default) continue;
             if (!only_pol && i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
-            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim, hq, hkv, generic);
+            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim, hq, hkv, generic, sink);
         }
     }
     if (g_json) fclose(g_json);

@@ -36,6 +36,9 @@
 # quick: (session 13) base (cuda_attn) and new (test_cuda, cuda_attn) built in parallel, test_cuda --quick on new,
 #        base vs new interleaved (tq-mse:4/4, tq-mse:2/2, q8; every shape; REPS times, default 1), the ncu
 #        profiles on new (and of tq-mse:2/2 on base), the kernel durations at the small shapes on new and base.
+# full:  (session 14) new alone: cuda_attn for the tcq policies and the README's pair (with and without the
+#        f16 sink) at 1 x 32K and 16 x 32K, then test_cuda in full (no --quick) in what is left of LIMIT
+#        seconds (default 585) since the start.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -319,4 +322,24 @@ if [ "$MODE" = final ]; then
     tail -4 "$OUT/pytest_torch.log"
     grep -E "B= 16 ctx= 32768|B=  1 ctx=131072" "$OUT/table.log"
     grep -E "torch" "$OUT/torch_sdpa.txt" | tail -12
+fi
+if [ "$MODE" = full ]; then
+    t0=$(date +%s)
+    J=16 build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    ca() { timeout 90 /tmp/b/cuda_attn --no-encode --runs 10 "$@" 2>&1 | grep -E "B=|rror" >> "$OUT/tcq.log"; }
+    for pol in tq-mse:4/4 tcq:3/tcq:3 tq-mse:4/tcq:3 tq-mse:5+chscale/tcq:3; do
+        ca --policy "$pol" --shape 1 32768
+        ca --policy "$pol" --shape 16 32768
+    done
+    for pol in tcq:2/tcq:2 tcq:4/tcq:4; do ca --policy "$pol" --shape 16 32768; done
+    for pol in tq-mse:4/4 tq-mse:5+chscale/tcq:3; do
+        ca --policy "$pol" --shape 1 32768 --sink 1
+        ca --policy "$pol" --shape 16 32768 --sink 1
+    done
+    cat "$OUT/tcq.log"
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    timeout $(( ${LIMIT:-585} - $(date +%s) + t0 )) /tmp/b/test_cuda > "$OUT/test_cuda_full.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda_full.log"
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda_full.log" | tail -20
 fi
