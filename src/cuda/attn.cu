@@ -24,7 +24,7 @@
 KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
-static const kvqa::launch_fn k_table[13][9] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
+static const kvqa::launch_fn k_table[14][9] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
 /* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3 (index kd_index) */
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
@@ -33,7 +33,7 @@ KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
 static const kvqa::launch_fn k_table64[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
 static const kvqa::launch_fn k_table256[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
 
-enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
+enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TP1, KF_TP2, KF_TP4, KF_QJL, KF_TQ5 };
 enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4, VF_TQ3 };
 static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1 && (int)VF_TQ3 == (int)KF_TQ3,
               "v_format: the V formats are the first K formats");
@@ -68,10 +68,19 @@ static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 
 
 /* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4). */
 static int fast_dim(int d) { return d == 64 || d == D || d == 256; }
+/* A codebook of n levels mirrored exactly (c[n - 1 - i] = -c[i]: lloyd_max.c solves half and mirrors):
+ * what KTQ5's lookup by symmetry needs (attn_tq5.cuh). */
+static int mirrored(const float *c, int n) {
+    for (int i = 0; i < n; i++)
+        if (c[n - 1 - i] != -c[i]) return 0;
+    return 1;
+}
 static int k_format(const kvq_cuda_plan *p) {
     if (!fast_dim(p->d) || p->sb != 2 || p->rot == 2) return -1;
     const int w = w_index(p->bits);
     if (p->kind == KVQ_LAY_TQ && p->bits == 3) return KF_TQ3; /* attn_tq3.cuh, every fast dim */
+    if (p->kind == KVQ_LAY_TQ && p->bits == 5) /* attn_tq5.cuh: keys at d = 128 */
+        return p->d == D && p->n1 == 32 && mirrored(p->hc1, 32) ? KF_TQ5 : -1;
     if (p->d != D) {
         if (p->kind == KVQ_LAY_F16) return KF_F16;
         if (p->kind == KVQ_LAY_Q8) return KF_Q8;
@@ -88,9 +97,11 @@ static int k_format(const kvq_cuda_plan *p) {
     }
     return -1;
 }
-/* V formats: the first 8 K formats, in the same order (the enums agree) */
+/* V formats: the first 9 K formats, in the same order (the enums agree); the K-only ones (tq-prod, qjl,
+ * tq-mse:5) are not */
 static int v_format(const kvq_cuda_plan *p) {
-    return p->kind == KVQ_LAY_TQPROD || p->kind == KVQ_LAY_QJL ? -1 : k_format(p);
+    const int f = p->kind == KVQ_LAY_TQPROD || p->kind == KVQ_LAY_QJL ? -1 : k_format(p);
+    return f > (int)VF_TQ3 ? -1 : f;
 }
 
 /* The generic kernel's view of a plan (K: kv = 0); KVQ_ERR_UNSUPPORTED for a record it does not read. */
@@ -231,6 +242,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     const int kw = k->bits;
     if (kf == KF_TQ3 || vf == VF_TQ3) add_lut3(L, kf == KF_TQ3 ? k->c1 : NULL, vf == VF_TQ3 ? v->c1 : NULL);
     if (kf >= KF_TQ1 && kf <= KF_TQ4) L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);
+    if (kf == KF_TQ5) L->klut[0] = add_lut(L, hc, 4, k->c1 + 16, k->hc1 + 16, 16); /* m: the positive half */
     if (kf >= KF_RVQ1 && kf <= KF_RVQ4) {
         L->klut[0] = add_lut(L, hc, kw, k->c1, k->hc1, k->n1);
         L->klut[1] = add_lut(L, hc, kw, k->c2, k->hc2, k->n2);

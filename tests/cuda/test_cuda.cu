@@ -23,8 +23,9 @@
  *   - the decode path captured in a CUDA graph and replayed (test_graph);
  *   - causal rows of stored sequences through seq_map (test_seq_map);
  *   - the f16 sink (test_attention_sink): sink rows read by the window pass.
- * Usage: test_cuda [--quick] [--debug] [--tcq | --tq3 | --sink] (the host checks, then only the tcq
- * encode and attention cases, the tq-mse:3 attention cases, or the sink cases)
+ *
+ * Usage: test_cuda [--quick] [--debug] [--tcq | --tq3 | --tq5 | --sink] (the host checks, then only the
+ * tcq encode and attention cases, the tq-mse:3 attention cases, the tq-mse:5 key cases, or the sink cases)
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@
 #include "attn_kernel_gen.cuh"
 #include "attn_split.h"
 #include "attn_tq3.cuh"
+#include "attn_tq5.cuh"
 #include "codec/plan_export.h"
 #include "kvq.h"
 #include "kvq_cuda.h"
@@ -45,6 +47,7 @@ using namespace kvqa;
 static int g_fail = 0, g_checks = 0, g_debug = 0, g_dbg_lines = 0;
 static bool g_only_tcq = false; /* --tcq: the host checks and the tcq cases only */
 static bool g_only_tq3 = false; /* --tq3: the host checks and the tq-mse:3 attention cases only */
+static bool g_only_tq5 = false; /* --tq5: the host checks and the tq-mse:5 key cases only */
 #define EXPECT(cond, ...)                                                   \
     do {                                                                    \
         g_checks++;                                                         \
@@ -216,7 +219,9 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0, boo
     p.klut[0] = 0;
     p.klut[1] = LUT4_BYTES;
     p.kconst = sqrtf(3.14159265358979323846f / 2) / (float)D;
-    if (h.t.n1) host_lut(lut.data(), 0, lutw ? lutw : h.t.bits, h.t.c1); /* lutw: LUT_W2X */
+    /* lutw: LUT_W2X; tq-mse:5 keys: the 4-bit table of the codebook's positive half (attn_tq5.cuh) */
+    const bool five = h.t.kind == KVQ_LAY_TQ && h.t.bits == 5;
+    if (h.t.n1) host_lut(lut.data(), 0, lutw ? lutw : five ? 4 : h.t.bits, five ? h.t.c1 + 16 : h.t.c1);
     if (h.t.kind == KVQ_LAY_RVQ) host_lut(lut.data(), LUT4_BYTES, h.t.bits, h.t.c2);
     if (h.t.kind == KVQ_LAY_TQPROD) host_lut(lut.data(), LUT4_BYTES, 0, NULL);
     if (h.t.kind == KVQ_LAY_QJL) host_lut(lut.data(), 0, 0, NULL);
@@ -532,6 +537,10 @@ static void host_checks(void) {
     host_check_k<KTQ3<64>>("tq-mse:3", 0, true);
     host_check_v<VTQ3<64>>("tq-mse:3");
     host_check_v<VTQ3<64>>("tq-mse:3", 0, true);
+    host_check_k<KTQ5<128>>("tq-mse:5"); /* issue 17: tq-mse:5 keys on the classic kernel */
+    host_check_k<KTQ5<128>>("tq-mse:5", 0, true);
+    host_check_k<KTQ5<128>>("tq-mse:5+cb=gauss", 0, true);
+    host_check_k<KTQ5<128>>("tq-mse:5+norot");
     host_check_k<KTQ3<256>>("tq-mse:3");
     host_check_k<KTQ3<256>>("tq-mse:3", 0, true);
     host_check_v<VTQ3<256>>("tq-mse:3");
@@ -1653,6 +1662,44 @@ static void test_attention_tq3(bool quick) {
     }
 }
 
+/* tq-mse:5 keys on the classic kernel (attn_tq5.cuh, d = 128): with every V format, chunk, page and
+ * tile boundaries, grouped queries, the window, calibrated plans (the README's tq-mse:5+chscale keys),
+ * and the same case on the generic kernel; seeds from 15000. */
+static void test_attention_tq5(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 1000, 0, 2500}, wl = {0, 5, 32, 1, 7, 32};
+    const char *vs[] = {"f16", "q8", "tq-mse:1", "tq-mse:2", "tq-mse:4", "rvq:1", "rvq:2", "rvq:4", "tq-mse:3"};
+    uint64_t seed = 15000;
+    int i = 0;
+    for (const char *v : vs) {
+        AttnCase tc = varied_case("tq-mse:5", v, i, (i % 2) ? 32 : 0, lens, wl);
+        i++;
+        if (quick && (i % 3) != 1) continue;
+        run_attn_case(tc, seed++, true);
+    }
+    for (const char *k : {"tq-mse:5+cb=gauss", "tq-mse:5+norot", "tq-mse:5+scale=norm"}) {
+        AttnCase tc = varied_case(k, "tq-mse:4", i++, 32, lens, wl);
+        run_attn_case(tc, seed++, true);
+    }
+    const std::vector<int> edge = {1023, 1024, 1025, 2047, 2049, 15, 16, 63, 65};
+    const std::vector<int> edge_w = {3, 0, 32, 1, 17, 0, 5, 31, 2};
+    AttnCase c = {"tq-mse:5", "tq-mse:4", 2, 8, 64, 0, edge, edge_w, 64};
+    run_attn_case(c, seed++, true);
+    AttnCase g = {"tq-mse:5", "tq-mse:2", 2, 24, 64, 16, {33, 7000}, {16, 3}};
+    run_attn_case(g, seed++, true);
+    for (int calib : {1, 2}) {
+        AttnCase cal = {"tq-mse:5+chscale", "tq-mse:4", 2, 8, 64, 32, lens, wl};
+        cal.calib = calib;
+        run_attn_case(cal, seed++, true);
+    }
+    AttnCase fg = {"tq-mse:5", "tq-mse:4", 2, 8, 64, 32, {1, 300, 2500}, {0, 5, 32}};
+    fg.generic = true;
+    run_attn_case(fg, seed++, true);
+    if (!quick) {
+        AttnCase big = {"tq-mse:5", "tq-mse:4", 8, 32, 256, 128, {32768, 4097}, {128, 100}};
+        run_attn_case(big, seed++, true);
+    }
+}
+
 /* ---- the decode path in a CUDA graph ------------------------------------------------
  * One decode step of 3 sequences (store one token of K and V into pages and window rings,
  * attend on the layer's reserved workspace and on a caller's) captured once on a stream and
@@ -2019,6 +2066,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--tcq")) g_only_tcq = true;
         if (!strcmp(argv[i], "--sink")) only_sink = true;
         if (!strcmp(argv[i], "--tq3")) g_only_tq3 = true;
+        if (!strcmp(argv[i], "--tq5")) g_only_tq5 = true;
     }
     host_checks();
     printf("host decoder/map checks: %d checks, %d failed\n", g_checks, g_fail);
@@ -2047,6 +2095,11 @@ int main(int argc, char **argv) {
         printf("test_cuda --tq3: %d checks, %d failed\n", g_checks, g_fail);
         return g_fail ? 1 : 0;
     }
+    if (g_only_tq5) {
+        test_attention_tq5(quick);
+        printf("test_cuda --tq5: %d checks, %d failed\n", g_checks, g_fail);
+        return g_fail ? 1 : 0;
+    }
     test_encode(quick);
     test_encode_tcq(quick);
     test_encode_calib(quick);
@@ -2057,6 +2110,7 @@ int main(int argc, char **argv) {
     test_sink_errors();
     test_attention_sink(quick);
     test_attention_tq3(quick);
+    test_attention_tq5(quick);
     test_graph();
     test_seq_map();
     test_padding_slots();

@@ -166,7 +166,7 @@ def test_attend_other_head_dims_vs_float64(kspec, vspec, W, d):
 @pytest.mark.parametrize("kspec,vspec,W,d,S", [("tq-mse:4", "tq-mse:4", 0, 128, 1), ("tq-mse:2", "tq-mse:2", 16, 128, 4),
                                                ("q8", "tq-mse:4", 8, 64, 4), ("tq-mse:4", "tq-mse:2", 0, 256, 1),
                                                ("tq-mse:3", "tq-mse:3", 8, 96, 4), ("tq-mse:5", "tcq:3", 0, 128, 1),
-                                               ("tq-mse:4", "q8", 8, 128, 20)])
+                                               ("tq-mse:4", "q8", 8, 128, 20), ("tq-mse:5", "tq-mse:4", 8, 128, 2)])
 def test_attend_sink_vs_float64(kspec, vspec, W, d, S):
     """The f16 sink (kvq::store_sink, attend's sink_len): rows read by the window pass (tensor-core window
     kernel at d = 64 / 128 / 256, the generic one at 96), with and without a ring; sequences shorter than S
