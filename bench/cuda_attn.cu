@@ -391,13 +391,15 @@ int main(int argc, char **argv) {
                            {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
                            {"rvq:2/2", "rvq:2", "rvq:2"},
                            {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"},
-                           /* tcq and the README's pair: named by --policy only (the trellis encoder fills the
-                            * cache slowly) */
+                           /* named by --policy only: tcq, the README's pair (the trellis encoder fills the
+                            * cache slowly), tq-mse:5 keys */
                            {"tcq:3/tcq:3", "tcq:3", "tcq:3"},
                            {"tcq:2/tcq:2", "tcq:2", "tcq:2"},
                            {"tcq:4/tcq:4", "tcq:4", "tcq:4"},
                            {"tq-mse:4/tcq:3", "tq-mse:4", "tcq:3"},
-                           {"tq-mse:5+chscale/tcq:3", "tq-mse:5+chscale", "tcq:3"}};
+                           {"tq-mse:5+chscale/tcq:3", "tq-mse:5+chscale", "tcq:3"},
+                           {"tq-mse:5/tq-mse:4", "tq-mse:5", "tq-mse:4"},
+                           {"tq-mse:5+chscale/tq-mse:4", "tq-mse:5+chscale", "tq-mse:4"}};
     const size_t n_default = 9; /* the policies run without --policy */
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
                              {64, 4096}, {64, 32768}, {8, 131072}, {1, 131072}, {4, 131072}};

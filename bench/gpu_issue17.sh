@@ -39,6 +39,9 @@
 # full:  (session 14) new alone: cuda_attn for the tcq policies and the README's pair (with and without the
 #        f16 sink) at 1 x 32K and 16 x 32K, then test_cuda in full (no --quick) in what is left of LIMIT
 #        seconds (default 585) since the start.
+# tq5:   (session 14) new alone: test_cuda --tq5 (no --quick), tq-mse:5 keys beside tq-mse:4/4 and on the
+#        generic kernel (cuda_attn, 1 x 32K, 16 x 32K, 1 x 128K), the SASS size of the main kernels (tq-mse:5
+#        and tq-mse:4 K with tq-mse:4 V), the PyTorch tests.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -342,4 +345,37 @@ if [ "$MODE" = full ]; then
     timeout $(( ${LIMIT:-585} - $(date +%s) + t0 )) /tmp/b/test_cuda > "$OUT/test_cuda_full.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda_full.log"
     echo "tests: $(( $(date +%s) - t0 )) s"
     grep -E "FAIL|checks|rc " "$OUT/test_cuda_full.log" | tail -20
+fi
+if [ "$MODE" = tq5 ]; then
+    t0=$(date +%s)
+    J=16 build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    timeout 240 /tmp/b/test_cuda --tq5 > "$OUT/test_tq5.log" 2>&1; echo "test_cuda --tq5 rc $?" >> "$OUT/test_tq5.log"
+    grep -E "FAIL|checks|rc " "$OUT/test_tq5.log" | tail -8
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for sh in "1 32768" "16 32768" "1 131072"; do
+        for pol in tq-mse:4/4 tq-mse:5/tq-mse:4 tq-mse:5+chscale/tq-mse:4 tq-mse:4/4; do
+            timeout 60 /tmp/b/cuda_attn --no-encode --policy "$pol" --shape $sh --runs 30 2>&1 | grep -E "B=|rror" >> "$OUT/tq5.log"
+        done
+    done
+    timeout 60 /tmp/b/cuda_attn --no-encode --policy tq-mse:5/tq-mse:4 --shape 16 32768 --runs 10 --generic 2>&1 | grep -E "B=|rror" >> "$OUT/tq5.log"
+    cat "$OUT/tq5.log"
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    for f in tq5 tq4; do
+        cuobjdump -sass /tmp/b/CMakeFiles/kvq_cuda_obj.dir/src/cuda/attn_k_$f.cu.o 2>/dev/null | python3 -c "
+import re, sys
+cur = None; n = {}
+for l in sys.stdin:
+    m = re.match(r'\s*Function : (\S+)', l)
+    if m: cur = m.group(1); n[cur] = 0; continue
+    if cur and re.match(r'\s*/\*[0-9a-f]{4,}\*/\s+[A-Z@]', l): n[cur] += 1
+for k, v in n.items():
+    if 'VTQILi4ELi128' in k and 'attn_kernel' in k: print('$f K, tq-mse:4 V: attn_kernel SASS instructions', v, k[:80])
+"
+    done | tee "$OUT/sass.log"
+    LD_LIBRARY_PATH=/tmp/b KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout 200 python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"
+    tail -4 "$OUT/pytest_torch.log"
+    echo "all: $(( $(date +%s) - t0 )) s"
 fi
