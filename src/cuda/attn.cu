@@ -24,7 +24,7 @@
 KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
-static const kvqa::launch_fn k_table[13][9] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
+static const kvqa::launch_fn k_table[16][12] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
 /* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3 (index kd_index) */
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
@@ -33,10 +33,12 @@ KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
 static const kvqa::launch_fn k_table64[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
 static const kvqa::launch_fn k_table256[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
 
-enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TP1, KF_TP2, KF_TP4, KF_QJL };
-enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4, VF_TQ3 };
-static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1 && (int)VF_TQ3 == (int)KF_TQ3,
-              "v_format: the V formats are the first K formats");
+enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TCQ2, KF_TCQ3, KF_TCQ4,
+       KF_TP1, KF_TP2, KF_TP4, KF_QJL };
+enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4, VF_TQ3, VF_TCQ2, VF_TCQ3, VF_TCQ4 };
+static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1 && (int)VF_TQ3 == (int)KF_TQ3 &&
+                  (int)VF_TCQ4 == (int)KF_TCQ4 && KF_QJL + 1 == 16 && VF_TCQ4 + 1 == 12,
+              "v_format: the V formats are the first K formats; the tables' sizes");
 
 using kvqa::D;
 using kvqa::QPB;
@@ -66,7 +68,8 @@ struct kvq_cuda_layer {
 
 static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
 
-/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4). */
+/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4).
+ * tcq:2/3/4 (attn_tcq.cuh): d = 128, f16 scales. */
 static int fast_dim(int d) { return d == 64 || d == D || d == 256; }
 static int k_format(const kvq_cuda_plan *p) {
     if (!fast_dim(p->d) || p->sb != 2 || p->rot == 2) return -1;
@@ -85,10 +88,11 @@ static int k_format(const kvq_cuda_plan *p) {
     case KVQ_LAY_RVQ: return w < 0 ? -1 : KF_RVQ1 + w;
     case KVQ_LAY_TQPROD: return w < 0 || p->m != D ? -1 : KF_TP1 + w;
     case KVQ_LAY_QJL: return p->m != D ? -1 : KF_QJL;
+    case KVQ_LAY_TCQ: return p->bits >= 2 && p->bits <= 4 ? KF_TCQ2 + (p->bits - 2) : -1;
     }
     return -1;
 }
-/* V formats: the first 8 K formats, in the same order (the enums agree) */
+/* V formats: the first 12 K formats, in the same order (the enums agree) */
 static int v_format(const kvq_cuda_plan *p) {
     return p->kind == KVQ_LAY_TQPROD || p->kind == KVQ_LAY_QJL ? -1 : k_format(p);
 }
@@ -319,6 +323,10 @@ extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L) {
     L->force_ct = 0;
     return KVQ_OK;
 }
+
+/* For the tests (not in kvq_cuda.h): 1 when the generic kernel serves the layer's main pass, 0 for a
+ * tensor-core kernel, -1 for NULL. */
+extern "C" int kvq_cuda_layer_generic(const kvq_cuda_layer *L) { return L ? L->gen : -1; }
 
 extern "C" void kvq_cuda_layer_free(kvq_cuda_layer *L) {
     if (!L) return;

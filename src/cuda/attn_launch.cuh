@@ -13,6 +13,7 @@
 
 #include "attn_kernel.cuh"
 #include "attn_kernel_w4.cuh"
+#include "attn_tcq.cuh"
 #include "attn_tq3.cuh"
 #include "attn_split.h"
 
@@ -100,14 +101,25 @@ inline int chunk_tiles_waves(int tiles, long long items, int slots, int nw) {
 
 } /* namespace kvqa */
 
-/* Format lists (attn.cu builds the dispatch table from them; the V formats are the first 9 K
- * formats, in the same order). */
+/* Format lists (attn.cu builds the dispatch table from them; the V formats are the first 12 K
+ * formats, in the same order). tcq:2/3/4 (attn_tcq.cuh): KTCQ2..4 (one template argument each,
+ * for the macros). */
+namespace kvqa {
+using KTCQ2 = KTCQ<2>;
+using KTCQ3 = KTCQ<3>;
+using KTCQ4 = KTCQ<4>;
+using VTCQ2 = VTCQ<2>;
+using VTCQ3 = VTCQ<3>;
+using VTCQ4 = VTCQ<4>;
+} /* namespace kvqa */
 #define KVQ_ATTN_K_FORMATS(X) \
     X(F16, KF16) X(Q8, KQ8) X(TQ1, KTQ<1>) X(TQ2, KTQ<2>) X(TQ4, KTQ<4>) X(RVQ1, KRVQ<1>) X(RVQ2, KRVQ<2>) \
-    X(RVQ4, KRVQ<4>) X(TQ3, KTQ3<128>) X(TP1, KTP<1>) X(TP2, KTP<2>) X(TP4, KTP<4>) X(QJL, KQJL)
+    X(RVQ4, KRVQ<4>) X(TQ3, KTQ3<128>) X(TCQ2, KTCQ2) X(TCQ3, KTCQ3) X(TCQ4, KTCQ4) X(TP1, KTP<1>) \
+    X(TP2, KTP<2>) X(TP4, KTP<4>) X(QJL, KQJL)
 #define KVQ_ATTN_V_FORMATS(X, KN, KT) \
     X(KN, KT, F16, VF16) X(KN, KT, Q8, VQ8) X(KN, KT, TQ1, VTQ<1>) X(KN, KT, TQ2, VTQ<2>) X(KN, KT, TQ4, VTQ<4>) \
-    X(KN, KT, RVQ1, VRVQ<1>) X(KN, KT, RVQ2, VRVQ<2>) X(KN, KT, RVQ4, VRVQ<4>) X(KN, KT, TQ3, VTQ3<128>)
+    X(KN, KT, RVQ1, VRVQ<1>) X(KN, KT, RVQ2, VRVQ<2>) X(KN, KT, RVQ4, VRVQ<4>) X(KN, KT, TQ3, VTQ3<128>) \
+    X(KN, KT, TCQ2, VTCQ2) X(KN, KT, TCQ3, VTCQ3) X(KN, KT, TCQ4, VTCQ4)
 
 #define KVQ_ATTN_DECL_ONE(KN, KT, VN, VT) \
     int kvq_attn_launch_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, int *occ);
