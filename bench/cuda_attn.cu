@@ -19,6 +19,8 @@
  * Calibrated policies (+center, +chscale; e.g. --policy tq-mse:4+chscale/tq-mse:4): one CPU plan per
  * KV head fitted to 64 random calibration rows (channel means ~ N(0, 4), channel scales e^N(0, 0.64)), as
  * the C cache fits one per head, uploaded with kvq_cuda_plan_create_heads.
+ * A policy's sink=S (e.g. tq-mse:5+chscale/tcq:3,sink=1, the README's): S f16 sink rows a sequence
+ * before its ctx paged positions (read by the window pass).
  * --chunks T1,T2,...: the split-K sweep (issue 17): after the rule's chunking, the same cache timed with
  * each forced chunk of Ti 16-token tiles (kvq_cuda_layer_force_chunk; a multiple of the block's warps, at
  * most 32 per warp, 64 for the wide-table kernel; others are skipped), one line each ("chunk=Ti").
@@ -164,6 +166,7 @@ static void bench_encode(const char *spec, kvq_dtype dt) {
 
 struct Policy {
     const char *name, *k, *v;
+    int sink; /* S f16 sink rows a sequence (the policy's sink=S: kvq_cuda_layer_config.sink), before the pages */
 };
 
 /* The device plan of spec for H KV heads (*first: the CPU plan of head 0, for its sizes; *cpu: all of
@@ -208,7 +211,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     std::vector<kvq_plan *> kps, vps;
     kvq_cuda_plan *ck = make_plan(pol.k, D, 11, H, kps), *cv = make_plan(pol.v, D, 12, H, vps);
     const kvq_plan *kp = kps[0], *vp = vps[0];
-    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, 0};
+    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, pol.sink};
     kvq_cuda_layer *L;
     OK(kvq_cuda_layer_create(&L, &cfg));
     if (generic) OK(kvq_cuda_layer_force_generic(L));
@@ -251,6 +254,28 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         }
     }
     for (int c = 1; c < copies; c++) CU(cudaMemcpy(pages[c], pages[0], pool, cudaMemcpyDeviceToDevice));
+    /* the sinks (sink=S): positions 0..S-1 of every sequence as f16 rows, the pages after them */
+    void *sink = NULL;
+    int32_t *dsl = NULL;
+    if (pol.sink) {
+        const int ns = B * pol.sink;
+        CU(cudaMalloc(&sink, kvq_cuda_layer_sink_bytes(L, B)));
+        std::vector<int32_t> sseq(ns), spos(ns), sl(B, pol.sink);
+        for (int i = 0; i < ns; i++) sseq[i] = i / pol.sink, spos[i] = i % pol.sink;
+        int32_t *dseq, *dpos;
+        CU(cudaMalloc(&dseq, ns * 4));
+        CU(cudaMalloc(&dpos, ns * 4));
+        CU(cudaMalloc(&dsl, B * 4));
+        CU(cudaMemcpy(dseq, sseq.data(), ns * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dpos, spos.data(), ns * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dsl, sl.data(), B * 4, cudaMemcpyHostToDevice));
+        for (int kv = 0; kv < 2; kv++) {
+            fill_gauss<<<64, 256>>>(x, (size_t)ns * H * D, 7000 + kv, 1.0f);
+            OK(kvq_cuda_store_sink(L, kv, sink, x, KVQ_DTYPE_F32, ns, dseq, dpos, dst, NULL));
+        }
+        CU(cudaFree(dseq));
+        CU(cudaFree(dpos));
+    }
     int st;
     CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
     if (st) fprintf(stderr, "store status %d\n", st);
@@ -271,7 +296,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         const int warm = 5;
         for (int i = 0; i < warm + runs; i++) {
             const int c = i % copies;
-            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, NULL, NULL};
+            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, dsl, sink};
             CU(cudaEventRecord(e0));
             OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
             CU(cudaEventRecord(e1));
@@ -315,6 +340,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     }
     CU(cudaFree(dbt));
     CU(cudaFree(dml));
+    CU(cudaFree(sink));
+    CU(cudaFree(dsl));
     CU(cudaFree(dslot));
     CU(cudaFree(dst));
     CU(cudaFree(x));
@@ -367,15 +394,22 @@ int main(int argc, char **argv) {
         if (!strcmp(e, "tq-mse:4")) bench_encode(e, KVQ_DTYPE_F16);
         if (quick) break;
     }
-    const Policy pols[] = {{"f16", "f16", "f16"},
-                           {"q8", "q8", "q8"},
-                           {"tq-mse:4/4", "tq-mse:4", "tq-mse:4"},
-                           {"tq-mse:2/2", "tq-mse:2", "tq-mse:2"},
-                           {"tq-mse:4/2", "tq-mse:4", "tq-mse:2"},
-                           {"tq-mse:3/3", "tq-mse:3", "tq-mse:3"},
-                           {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
-                           {"rvq:2/2", "rvq:2", "rvq:2"},
-                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"}};
+    const Policy pols[] = {{"f16", "f16", "f16", 0},
+                           {"q8", "q8", "q8", 0},
+                           {"tq-mse:4/4", "tq-mse:4", "tq-mse:4", 0},
+                           {"tq-mse:2/2", "tq-mse:2", "tq-mse:2", 0},
+                           {"tq-mse:4/2", "tq-mse:4", "tq-mse:2", 0},
+                           {"tq-mse:3/3", "tq-mse:3", "tq-mse:3", 0},
+                           {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2", 0},
+                           {"rvq:2/2", "rvq:2", "rvq:2", 0},
+                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4", 0},
+                           /* tcq (issue 17; d = 128: the classic kernel, tq-mse:5 keys: the generic one) */
+                           {"tcq:3/tcq:3", "tcq:3", "tcq:3", 0},
+                           {"tcq:2/tcq:2", "tcq:2", "tcq:2", 0},
+                           {"tcq:4/tcq:4", "tcq:4", "tcq:4", 0},
+                           {"tq-mse:4/tcq:3", "tq-mse:4", "tcq:3", 0},
+                           {"q8/tcq:3", "q8", "tcq:3", 0},
+                           {"tq-mse:5+chscale/tcq:3,sink=1", "tq-mse:5+chscale", "tcq:3", 1}};
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
                              {64, 4096}, {64, 32768}, {8, 131072}, {1, 131072}, {4, 131072}};
     for (auto &sh : shapes) {
