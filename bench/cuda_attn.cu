@@ -13,7 +13,7 @@
  * position) / time, compared with a measured device-to-device copy (bytes
  * read + written / time). Encode: vectors per second of kvq_cuda_encode on
  * 4M rows (f32 and f16 input).
- * --dim D: head dim D instead of 128 (f16, q8, tq-mse:2/3/4 at 64 and 256 run the tensor-core kernel,
+ * --dim D: head dim D instead of 128 (f16, q8, tq-mse:2/3/4, tcq:2/3/4 at 64 and 256 run the tensor-core kernel,
  * the rest and 96 the generic kernel). --heads HQ H: HQ query heads over H KV heads (Gemma 3 270M:
  * 4 over 1). --generic: the main pass on the generic kernel (its baseline for a tensor-core pair).
  * Calibrated policies (+center, +chscale; e.g. --policy tq-mse:4+chscale/tq-mse:4): one CPU plan per

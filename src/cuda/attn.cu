@@ -25,13 +25,13 @@ KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
 static const kvqa::launch_fn k_table[16][12] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
-/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3 (index kd_index) */
+/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3, tcq:2/3/4 (index kd_index) */
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
 #define KVQ_ATTN_ROWD_ONE(DD, KN, KT, VN, VT) kvq_attn_launch_d##DD##_##KN##_##VN,
 #define KVQ_ATTN_ROWD(DD, KN, KT) {KVQ_ATTN_VD_FORMATS(KVQ_ATTN_ROWD_ONE, DD, KN, KT)},
-static const kvqa::launch_fn k_table64[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
-static const kvqa::launch_fn k_table256[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
+static const kvqa::launch_fn k_table64[8][8] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
+static const kvqa::launch_fn k_table256[8][8] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
 
 enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TCQ2, KF_TCQ3, KF_TCQ4,
        KF_TP1, KF_TP2, KF_TP4, KF_QJL };
@@ -68,13 +68,14 @@ struct kvq_cuda_layer {
 
 static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
 
-/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4).
- * tcq:2/3/4 (attn_tcq.cuh): d = 128, f16 scales. */
+/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4,
+ * tcq:2/3/4 (attn_tcq.cuh)). */
 static int fast_dim(int d) { return d == 64 || d == D || d == 256; }
 static int k_format(const kvq_cuda_plan *p) {
     if (!fast_dim(p->d) || p->sb != 2 || p->rot == 2) return -1;
     const int w = w_index(p->bits);
     if (p->kind == KVQ_LAY_TQ && p->bits == 3) return KF_TQ3; /* attn_tq3.cuh, every fast dim */
+    if (p->kind == KVQ_LAY_TCQ) return p->bits >= 2 && p->bits <= 4 ? KF_TCQ2 + (p->bits - 2) : -1; /* attn_tcq.cuh */
     if (p->d != D) {
         if (p->kind == KVQ_LAY_F16) return KF_F16;
         if (p->kind == KVQ_LAY_Q8) return KF_Q8;
@@ -88,7 +89,6 @@ static int k_format(const kvq_cuda_plan *p) {
     case KVQ_LAY_RVQ: return w < 0 ? -1 : KF_RVQ1 + w;
     case KVQ_LAY_TQPROD: return w < 0 || p->m != D ? -1 : KF_TP1 + w;
     case KVQ_LAY_QJL: return p->m != D ? -1 : KF_QJL;
-    case KVQ_LAY_TCQ: return p->bits >= 2 && p->bits <= 4 ? KF_TCQ2 + (p->bits - 2) : -1;
     }
     return -1;
 }
@@ -138,8 +138,10 @@ static kvqa::GenFmt gen_f16(int d) {
     F.len = d;
     return F;
 }
-/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4, TQ3). */
-static int kd_index(int f) { return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : f == KF_TQ4 ? 3 : 4; }
+/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4, TQ3, TCQ2, TCQ3, TCQ4). */
+static int kd_index(int f) {
+    return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : f == KF_TQ4 ? 3 : f == KF_TQ3 ? 4 : 5 + (f - KF_TCQ2);
+}
 static kvqa::launch_fn fast_fn(int d, int kf, int vf) {
     if (d == D) return k_table[kf][vf];
     return (d == 64 ? k_table64 : k_table256)[kd_index(kf)][kd_index(vf)];

@@ -1514,8 +1514,8 @@ static void test_attention_generic(bool quick) {
 /* tcq:k in the generic kernel (attn_kernel_gen.cuh, gen_tcq_state): K and V at k = 1..4, mixed with
  * the other methods, at d = 64, 96 (dense rotation), 128, 256; calibrated (+chscale), and the README's
  * policy pair tq-mse:5+chscale / tcq:3 (its sink=1 is the Python store's, not the layer's). Since the
- * classic kernel serves tcq:2/3/4 at d = 128 (test_attention_tcq_tc), its d = 128 cases of those
- * (f16 scales) run there. */
+ * classic kernel serves tcq:2/3/4 at d = 64, 128, 256 (test_attention_tcq_tc), the cases of those
+ * (f16 scales, both sides classic formats) run there. */
 static void test_attention_tcq(bool quick) {
     /* shorter sequences than test_attention's: the CPU reference encodes every tcq record by its
      * Viterbi search (~1-4 ms a vector), which made these cases most of test_cuda's time */
@@ -1547,12 +1547,13 @@ static void test_attention_tcq(bool quick) {
     run_attn_case(g, seed++, true);
 }
 
-/* tcq:2/3/4 on the classic kernel at d = 128 (attn_tcq.cuh): K and V alone, together and beside every
- * other classic format (each case asserts the tensor-core kernel), +norot; chunk boundaries (chunks of
- * 16 tiles forced: 256 tokens), grouped queries with many chunks and the window, calibrated plans (one
- * plan per head and one for all), the generic kernel's result on the same cases (forced), and what stays
- * generic (tcq:1, +scale32, d = 64, the README's tq-mse:5 keys). Seeds from 17000. Short sequences: the
- * CPU reference encodes every tcq record by its Viterbi search. */
+/* tcq:2/3/4 on the classic kernel (attn_tcq.cuh): at d = 128 K and V alone, together and beside every
+ * other classic format (each case asserts the tensor-core kernel), +norot; at d = 64 and 256 beside the
+ * formats of those dims; chunk boundaries (chunks of 16 tiles forced: 256 tokens; d = 64, 128, 256),
+ * grouped queries with many chunks and the window, calibrated plans (one plan per head and one for all),
+ * the generic kernel's result on the same cases (forced), and what stays generic (tcq:1, +scale32,
+ * d = 96, the README's tq-mse:5 keys). Seeds from 17000. Short sequences: the CPU reference encodes
+ * every tcq record by its Viterbi search. */
 static void test_attention_tcq_tc(bool quick) {
     const std::vector<int> lens = {1, 17, 300, 640, 0, 900}, wl = {0, 5, 32, 1, 7, 32};
     struct {
@@ -1574,6 +1575,20 @@ static void test_attention_tcq_tc(bool quick) {
         if (quick && (i % 3) != 1) continue;
         run_attn_case(tc, seed++, true);
     }
+    /* head dims 64 (runs of odd k start inside words: the funnel-shift alignment) and 256 */
+    const struct {
+        const char *k, *v;
+    } dpairs[] = {{"tcq:3", "tcq:3"}, {"tcq:2", "tcq:4"},    {"tq-mse:4", "tcq:3"}, {"tcq:4", "q8"},
+                  {"f16", "tcq:2"},   {"tcq:3", "tq-mse:3"}, {"tq-mse:2", "tcq:3"}, {"tcq:4", "tcq:2"}};
+    for (int d : {64, 256})
+        for (auto &pr : dpairs) {
+            AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
+            tc.d = d;
+            tc.want_gen = 0;
+            i++;
+            if (quick && (i % 3) != 1) continue;
+            run_attn_case(tc, seed++, true);
+        }
     /* chunk boundaries: chunks of 16 tiles (256 tokens) forced, lengths on both sides of them and of
      * pages and tiles (P = 64), with and without the window */
     const std::vector<int> edge = {255, 256, 257, 511, 513, 15, 16, 63, 65};
@@ -1587,6 +1602,12 @@ static void test_attention_tcq_tc(bool quick) {
     AttnCase e43 = {"tq-mse:4", "tcq:3", 1, 3, 32, 32, edge, edge_w, 16};
     e43.want_gen = 0;
     run_attn_case(e43, seed++, true);
+    for (int d : {64, 256}) {
+        AttnCase ed = {"tcq:3", "tcq:3", 1, 8, 64, 32, edge, edge_w, 16};
+        ed.d = d;
+        ed.want_gen = 0;
+        run_attn_case(ed, seed++, true);
+    }
     /* grouped queries (3 groups of 8), many chunks by the rule, the window */
     AttnCase g = {"tcq:3", "tcq:3", 2, 24, 64, 16, {33, 2600}, {16, 3}};
     g.want_gen = 0;
@@ -1603,6 +1624,13 @@ static void test_attention_tcq_tc(bool quick) {
         tc.want_gen = 0;
         run_attn_case(tc, seed++, true);
     }
+    for (int d : {64, 256}) {
+        AttnCase tc = {"tcq:3+chscale", "tcq:2+chscale", 2, 8, 64, 32, lens, wl};
+        tc.d = d;
+        tc.calib = 1;
+        tc.want_gen = 0;
+        run_attn_case(tc, seed++, true);
+    }
     /* the same cases on the generic kernel (forced: its f32 baseline; both against the reference) */
     for (const char *v : {"tcq:3", "tcq:2"}) {
         AttnCase fg = {"tcq:3", v, 2, 8, 64, 32, {1, 300, 900}, {0, 5, 32}};
@@ -1616,7 +1644,7 @@ static void test_attention_tcq_tc(bool quick) {
     const struct {
         const char *k, *v;
         int d;
-    } gens[] = {{"tcq:1", "tcq:3", 128}, {"tcq:3", "tcq:2+scale32", 128}, {"tcq:3", "tcq:3", 64},
+    } gens[] = {{"tcq:1", "tcq:3", 128}, {"tcq:3", "tcq:2+scale32", 128}, {"tcq:3", "tcq:3", 96},
                 {"tq-mse:5+chscale", "tcq:3", 128}};
     for (auto &c : gens) {
         AttnCase tc = {c.k, c.v, 2, 8, 64, 0, {17, 300}, {}};
