@@ -13,19 +13,19 @@
  * position) / time, compared with a measured device-to-device copy (bytes
  * read + written / time). Encode: vectors per second of kvq_cuda_encode on
  * 4M rows (f32 and f16 input).
- * --dim D: head dim D instead of 128 (f16, q8, tq-mse:2/3/4 at 64 and 256 run the tensor-core kernel,
+ * --dim D: head dim D instead of 128 (f16, q8, tq-mse:2/3/4, tcq:2/3/4 at 64 and 256 run the tensor-core kernel,
  * the rest and 96 the generic kernel). --heads HQ H: HQ query heads over H KV heads (Gemma 3 270M:
  * 4 over 1). --generic: the main pass on the generic kernel (its baseline for a tensor-core pair).
  * Calibrated policies (+center, +chscale; e.g. --policy tq-mse:4+chscale/tq-mse:4): one CPU plan per
  * KV head fitted to 64 random calibration rows (channel means ~ N(0, 4), channel scales e^N(0, 0.64)), as
  * the C cache fits one per head, uploaded with kvq_cuda_plan_create_heads.
+ * A policy's sink=S (e.g. tq-mse:5+chscale/tcq:3,sink=1, the README's): S f16 sink rows a sequence
+ * before its ctx paged positions (read by the window pass).
  * --chunks T1,T2,...: the split-K sweep (issue 17): after the rule's chunking, the same cache timed with
  * each forced chunk of Ti 16-token tiles (kvq_cuda_layer_force_chunk; a multiple of the block's warps, at
  * most 32 per warp, 64 for the wide-table kernel; others are skipped), one line each ("chunk=Ti").
- * --sink S: an f16 sink of S rows per sequence (policy sink=S; the rows zeros, the step reads S + ctx
- * positions: the sink by the window pass, which is then merged with the main pass).
  * Usage: cuda_attn [--quick] [--json FILE] [--runs N] [--dim D] [--heads HQ H] [--generic] [--policy NAME]
- *                  [--shape B CTX] [--chunks T1,T2,...] [--sink S]
+ *                  [--shape B CTX] [--chunks T1,T2,...]
  */
 #include <math.h>
 #include <stdio.h>
@@ -166,6 +166,7 @@ static void bench_encode(const char *spec, kvq_dtype dt) {
 
 struct Policy {
     const char *name, *k, *v;
+    int sink; /* S f16 sink rows a sequence (the policy's sink=S: kvq_cuda_layer_config.sink), before the pages */
 };
 
 /* The device plan of spec for H KV heads (*first: the CPU plan of head 0, for its sizes; *cpu: all of
@@ -205,12 +206,12 @@ static void free_plans(std::vector<kvq_plan *> &cpu) {
 }
 
 static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_gbps, int D, int HQ, int H,
-                       bool generic, int sink) {
+                       bool generic) {
     const int P = 256;
     std::vector<kvq_plan *> kps, vps;
     kvq_cuda_plan *ck = make_plan(pol.k, D, 11, H, kps), *cv = make_plan(pol.v, D, 12, H, vps);
     const kvq_plan *kp = kps[0], *vp = vps[0];
-    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, sink};
+    kvq_cuda_layer_config cfg = {ck, cv, H, HQ, P, 0, pol.sink};
     kvq_cuda_layer *L;
     OK(kvq_cuda_layer_create(&L, &cfg));
     if (generic) OK(kvq_cuda_layer_force_generic(L));
@@ -239,15 +240,6 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     CU(cudaMalloc(&dml, B * 4));
     std::vector<int32_t> ml(B, ctx);
     CU(cudaMemcpy(dml, ml.data(), B * 4, cudaMemcpyHostToDevice));
-    int32_t *dsl = NULL; /* --sink: S rows of f16 zeros per sequence */
-    void *dsink = NULL;
-    if (sink) {
-        CU(cudaMalloc(&dsink, kvq_cuda_layer_sink_bytes(L, B)));
-        CU(cudaMemset(dsink, 0, kvq_cuda_layer_sink_bytes(L, B)));
-        std::vector<int32_t> sl(B, sink);
-        CU(cudaMalloc(&dsl, B * 4));
-        CU(cudaMemcpy(dsl, sl.data(), B * 4, cudaMemcpyHostToDevice));
-    }
     CU(cudaMalloc(&dslot, (size_t)ctx * 4));
     CU(cudaMalloc(&dst, 4));
     CU(cudaMemset(dst, 0, 4));
@@ -262,6 +254,28 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         }
     }
     for (int c = 1; c < copies; c++) CU(cudaMemcpy(pages[c], pages[0], pool, cudaMemcpyDeviceToDevice));
+    /* the sinks (sink=S): positions 0..S-1 of every sequence as f16 rows, the pages after them */
+    void *sink = NULL;
+    int32_t *dsl = NULL;
+    if (pol.sink) {
+        const int ns = B * pol.sink;
+        CU(cudaMalloc(&sink, kvq_cuda_layer_sink_bytes(L, B)));
+        std::vector<int32_t> sseq(ns), spos(ns), sl(B, pol.sink);
+        for (int i = 0; i < ns; i++) sseq[i] = i / pol.sink, spos[i] = i % pol.sink;
+        int32_t *dseq, *dpos;
+        CU(cudaMalloc(&dseq, ns * 4));
+        CU(cudaMalloc(&dpos, ns * 4));
+        CU(cudaMalloc(&dsl, B * 4));
+        CU(cudaMemcpy(dseq, sseq.data(), ns * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dpos, spos.data(), ns * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dsl, sl.data(), B * 4, cudaMemcpyHostToDevice));
+        for (int kv = 0; kv < 2; kv++) {
+            fill_gauss<<<64, 256>>>(x, (size_t)ns * H * D, 7000 + kv, 1.0f);
+            OK(kvq_cuda_store_sink(L, kv, sink, x, KVQ_DTYPE_F32, ns, dseq, dpos, dst, NULL));
+        }
+        CU(cudaFree(dseq));
+        CU(cudaFree(dpos));
+    }
     int st;
     CU(cudaMemcpy(&st, dst, 4, cudaMemcpyDeviceToHost));
     if (st) fprintf(stderr, "store status %d\n", st);
@@ -282,7 +296,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         const int warm = 5;
         for (int i = 0; i < warm + runs; i++) {
             const int c = i % copies;
-            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, dsl, dsink};
+            kvq_cuda_batch b = {B, pages[c], dbt, pps, dml, NULL, NULL, ctx, NULL, dsl, sink};
             CU(cudaEventRecord(e0));
             OK(kvq_cuda_attend(L, &b, q[c], scale, out, NULL));
             CU(cudaEventRecord(e1));
@@ -299,7 +313,6 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
         const double ms = median(t), gbps = read_bytes / (ms * 1e-3) / 1e9;
         char heads[48] = "", chunk[32] = "";
         if (HQ != 32 || H != 8) snprintf(heads, sizeof heads, ", HQ %d / H %d", HQ, H);
-        if (sink) snprintf(heads + strlen(heads), sizeof heads - strlen(heads), ", sink=%d", sink);
         if (ct) snprintf(chunk, sizeof chunk, ", chunk=%d", ct);
         printf("%-22s d=%3d B=%3d ctx=%6d: %9.1f us  %8.1f GB/s  %5.1f%% of copy  (%.1f MB read, %d copies%s%s%s%s)\n",
                pol.name, D, B, ctx, ms * 1e3, gbps, 100 * gbps / copy_gbps, read_bytes / 1e6, copies, heads,
@@ -309,9 +322,9 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
             fprintf(g_json,
                     "{\"bench\":\"attn\",\"policy\":\"%s\",\"k\":\"%s\",\"v\":\"%s\",\"batch\":%d,\"ctx\":%d,\"hq\":%d,\"hkv\":%d,"
                     "\"dim\":%d,\"us\":%.2f,\"bytes\":%zu,\"gbps\":%.1f,\"copy_gbps\":%.1f,\"copies\":%d,\"runs\":%d,"
-                    "\"generic\":%d,\"chunk\":%d,\"sink\":%d}\n",
+                    "\"generic\":%d,\"chunk\":%d}\n",
                     pol.name, pol.k, pol.v, B, ctx, HQ, H, D, ms * 1e3, read_bytes, gbps, copy_gbps, copies, runs,
-                    generic ? 1 : 0, ct, sink);
+                    generic ? 1 : 0, ct);
     };
     timing(0);
     for (const char *c = g_chunks; c && *c;) {
@@ -327,8 +340,8 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
     }
     CU(cudaFree(dbt));
     CU(cudaFree(dml));
+    CU(cudaFree(sink));
     CU(cudaFree(dsl));
-    CU(cudaFree(dsink));
     CU(cudaFree(dslot));
     CU(cudaFree(dst));
     CU(cudaFree(x));
@@ -344,7 +357,7 @@ static void bench_attn(const Policy &pol, int B, int ctx, int runs, double copy_
 
 int main(int argc, char **argv) {
     bool quick = false, no_encode = false;
-    int runs = 50, only_b = 0, only_ctx = 0, dim = 128, hq = 32, hkv = 8, sink = 0;
+    int runs = 50, only_b = 0, only_ctx = 0, dim = 128, hq = 32, hkv = 8;
     bool generic = false;
     const char *only_pol = NULL;
     for (int i = 1; i < argc; i++) {
@@ -358,7 +371,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--policy") && i + 1 < argc) only_pol = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 2 < argc) only_b = atoi(argv[++i]), only_ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chunks") && i + 1 < argc) g_chunks = argv[++i];
-        else if (!strcmp(argv[i], "--sink") && i + 1 < argc) sink = atoi(argv[++i]);
     }
     if (kvq_cuda_device_count() <= 0) {
         fprintf(stderr, "cuda_attn: no CUDA device\n");
@@ -382,34 +394,36 @@ int main(int argc, char **argv) {
         if (!strcmp(e, "tq-mse:4")) bench_encode(e, KVQ_DTYPE_F16);
         if (quick) break;
     }
-    const Policy pols[] = {{"f16", "f16", "f16"},
-                           {"q8", "q8", "q8"},
-                           {"tq-mse:4/4", "tq-mse:4", "tq-mse:4"},
-                           {"tq-mse:2/2", "tq-mse:2", "tq-mse:2"},
-                           {"tq-mse:4/2", "tq-mse:4", "tq-mse:2"},
-                           {"tq-mse:3/3", "tq-mse:3", "tq-mse:3"},
-                           {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2"},
-                           {"rvq:2/2", "rvq:2", "rvq:2"},
-                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4"},
-                           /* named by --policy only: tcq, the README's pair (the trellis encoder fills the
-                            * cache slowly), tq-mse:5 keys */
-                           {"tcq:3/tcq:3", "tcq:3", "tcq:3"},
-                           {"tcq:2/tcq:2", "tcq:2", "tcq:2"},
-                           {"tcq:4/tcq:4", "tcq:4", "tcq:4"},
-                           {"tq-mse:4/tcq:3", "tq-mse:4", "tcq:3"},
-                           {"tq-mse:5+chscale/tcq:3", "tq-mse:5+chscale", "tcq:3"},
-                           {"tq-mse:5/tq-mse:4", "tq-mse:5", "tq-mse:4"},
-                           {"tq-mse:5+chscale/tq-mse:4", "tq-mse:5+chscale", "tq-mse:4"}};
-    const size_t n_default = 9; /* the policies run without --policy */
+    const Policy pols[] = {{"f16", "f16", "f16", 0},
+                           {"q8", "q8", "q8", 0},
+                           {"tq-mse:4/4", "tq-mse:4", "tq-mse:4", 0},
+                           {"tq-mse:2/2", "tq-mse:2", "tq-mse:2", 0},
+                           {"tq-mse:4/2", "tq-mse:4", "tq-mse:2", 0},
+                           {"tq-mse:3/3", "tq-mse:3", "tq-mse:3", 0},
+                           {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2", 0},
+                           {"rvq:2/2", "rvq:2", "rvq:2", 0},
+                           {"tq-mse:4+chscale/tq-mse:4", "tq-mse:4+chscale", "tq-mse:4", 0},
+                           /* tcq (issue 17; d = 128: the classic kernel, tq-mse:5 keys: the generic one) */
+                           {"tcq:3/tcq:3", "tcq:3", "tcq:3", 0},
+                           {"tcq:2/tcq:2", "tcq:2", "tcq:2", 0},
+                           {"tcq:4/tcq:4", "tcq:4", "tcq:4", 0},
+                           {"tq-mse:4/tcq:3", "tq-mse:4", "tcq:3", 0},
+                           {"q8/tcq:3", "q8", "tcq:3", 0},
+                           {"tq-mse:5+chscale/tcq:3,sink=1", "tq-mse:5+chscale", "tcq:3", 1},
+                           /* tq-mse:5 keys on the classic kernel (attn_tq5.cuh), the sink's cost on the
+                            * headline pair */
+                           {"tq-mse:5/tq-mse:4", "tq-mse:5", "tq-mse:4", 0},
+                           {"tq-mse:5+chscale/tq-mse:4", "tq-mse:5+chscale", "tq-mse:4", 0},
+                           {"tq-mse:4/4,sink=1", "tq-mse:4", "tq-mse:4", 1}};
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
                              {64, 4096}, {64, 32768}, {8, 131072}, {1, 131072}, {4, 131072}};
     for (auto &sh : shapes) {
         if (quick && sh[0] * (size_t)sh[1] > 16 * 32768) continue;
         if (only_b && (sh[0] != only_b || sh[1] != only_ctx)) continue;
         for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
-            if (only_pol ? strcmp(only_pol, pols[i].name) != 0 : i >= n_default) continue;
+            if (only_pol && strcmp(only_pol, pols[i].name)) continue;
             if (!only_pol && i >= 4 && !(sh[0] == 16 && sh[1] == 32768)) continue; /* extra policies at the headline shape */
-            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim, hq, hkv, generic, sink);
+            bench_attn(pols[i], sh[0], sh[1], runs, cbw, dim, hq, hkv, generic);
         }
     }
     if (g_json) fclose(g_json);

@@ -42,6 +42,12 @@
 # tq5:   (session 14) new alone: test_cuda --tq5 (no --quick), tq-mse:5 keys beside tq-mse:4/4 and on the
 #        generic kernel (cuda_attn, 1 x 32K, 16 x 32K, 1 x 128K), the SASS size of the main kernels (tq-mse:5
 #        and tq-mse:4 K with tq-mse:4 V), the PyTorch tests.
+# tcq:   (session 14) new alone: test_cuda --tcq (the host checks, the tcq encode cases, the tcq attention cases on
+#        the generic and the classic kernel), then cuda_attn for the tcq rows of the table at every shape
+#        (tcq:3/tcq:3, tcq:2/tcq:2, tcq:4/tcq:4, tq-mse:4/tcq:3, q8/tcq:3 on the classic kernel; the README's
+#        tq-mse:5+chscale/tcq:3,sink=1, whose tq-mse:5 keys keep it on the generic kernel), tcq:3/tcq:3 and
+#        tq-mse:4/tcq:3 on the generic kernel (--generic: the kernel they ran on before) at 16 x 32K, and
+#        tq-mse:4/4 beside them.
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -336,9 +342,9 @@ if [ "$MODE" = full ]; then
         ca --policy "$pol" --shape 16 32768
     done
     for pol in tcq:2/tcq:2 tcq:4/tcq:4; do ca --policy "$pol" --shape 16 32768; done
-    for pol in tq-mse:4/4 tq-mse:5+chscale/tcq:3; do
-        ca --policy "$pol" --shape 1 32768 --sink 1
-        ca --policy "$pol" --shape 16 32768 --sink 1
+    for pol in tq-mse:4/4,sink=1 tq-mse:5+chscale/tcq:3,sink=1; do
+        ca --policy "$pol" --shape 1 32768
+        ca --policy "$pol" --shape 16 32768
     done
     cat "$OUT/tcq.log"
     echo "bench: $(( $(date +%s) - t0 )) s"
@@ -378,4 +384,20 @@ for k, v in n.items():
     echo "pytest rc $?" >> "$OUT/pytest_torch.log"
     tail -4 "$OUT/pytest_torch.log"
     echo "all: $(( $(date +%s) - t0 )) s"
+fi
+if [ "$MODE" = tcq ]; then
+    t0=$(date +%s)
+    J=16 build "$NEW" /tmp/b test_cuda cuda_attn || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    timeout 400 /tmp/b/test_cuda --tcq ${TCQ_QUICK---quick} > "$OUT/test_tcq.log" 2>&1; echo "test_cuda --tcq rc $?" >> "$OUT/test_tcq.log"
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    for pol in tcq:3/tcq:3 tcq:2/tcq:2 tcq:4/tcq:4 tq-mse:4/tcq:3 q8/tcq:3 tq-mse:5+chscale/tcq:3,sink=1 tq-mse:4/4; do
+        /tmp/b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|copy" >> "$OUT/tcq.log"
+    done
+    for pol in tcq:3/tcq:3 tq-mse:4/tcq:3; do
+        /tmp/b/cuda_attn --no-encode --generic --policy "$pol" --shape 16 32768 --runs 10 2>&1 | grep -E "B=" >> "$OUT/tcq.log"
+    done
+    echo "all: $(( $(date +%s) - t0 )) s"
+    grep -E "FAIL|checks|rc " "$OUT/test_tcq.log" | tail -20
+    grep -E "B= 16 ctx= 32768|B=  1 ctx= 32768" "$OUT/tcq.log"
 fi

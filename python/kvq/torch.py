@@ -53,6 +53,7 @@ __all__ = [
 SERVED_ATTENTION = ("head dims 32, 64, 96, 128, 256, f16 or f32 scales; K in f16, q8, tq-mse:1..8, rvq:1..4, "
                     "tq-prod, qjl, tcq:1..4; V in f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (options +norot, +scale=norm, +cb=gauss); "
                     "the tensor-core kernels at 128 for K tq-mse/rvq:1/2/4, tq-prod:2/3/5, qjl (m = d), f16, q8, "
+                    "tq-mse:3 and tcq:2/3/4 (K and V; also at 64 and 256, with f16, q8, tq-mse:2/4), "
                     "the generic kernel for the rest; each also with +center / +chscale (calibrated plans); f16 window "
                     "rings and f16 sinks (policy sink=S)")
 

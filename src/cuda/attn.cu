@@ -24,19 +24,21 @@
 KVQ_ATTN_K_FORMATS(KVQ_ATTN_DECL_K)
 #define KVQ_ATTN_ROW_ONE(KN, KT, VN, VT) kvq_attn_launch_##KN##_##VN,
 #define KVQ_ATTN_ROW(KN, KT) {KVQ_ATTN_V_FORMATS(KVQ_ATTN_ROW_ONE, KN, KT)},
-static const kvqa::launch_fn k_table[14][9] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
-/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3 (index kd_index) */
+static const kvqa::launch_fn k_table[17][12] = {KVQ_ATTN_K_FORMATS(KVQ_ATTN_ROW)};
+/* head dims 64 and 256: f16, q8, tq-mse:2, tq-mse:4, tq-mse:3, tcq:2/3/4 (index kd_index) */
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 64)
 KVQ_ATTN_KD_FORMATS(KVQ_ATTN_DECLD_K, 256)
 #define KVQ_ATTN_ROWD_ONE(DD, KN, KT, VN, VT) kvq_attn_launch_d##DD##_##KN##_##VN,
 #define KVQ_ATTN_ROWD(DD, KN, KT) {KVQ_ATTN_VD_FORMATS(KVQ_ATTN_ROWD_ONE, DD, KN, KT)},
-static const kvqa::launch_fn k_table64[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
-static const kvqa::launch_fn k_table256[5][5] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
+static const kvqa::launch_fn k_table64[8][8] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 64)};
+static const kvqa::launch_fn k_table256[8][8] = {KVQ_ATTN_KD_FORMATS(KVQ_ATTN_ROWD, 256)};
 
-enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TP1, KF_TP2, KF_TP4, KF_QJL, KF_TQ5 };
-enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4, VF_TQ3 };
-static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1 && (int)VF_TQ3 == (int)KF_TQ3,
-              "v_format: the V formats are the first K formats");
+enum { KF_F16, KF_Q8, KF_TQ1, KF_TQ2, KF_TQ4, KF_RVQ1, KF_RVQ2, KF_RVQ4, KF_TQ3, KF_TCQ2, KF_TCQ3, KF_TCQ4,
+       KF_TP1, KF_TP2, KF_TP4, KF_QJL, KF_TQ5 };
+enum { VF_F16, VF_Q8, VF_TQ1, VF_TQ2, VF_TQ4, VF_RVQ1, VF_RVQ2, VF_RVQ4, VF_TQ3, VF_TCQ2, VF_TCQ3, VF_TCQ4 };
+static_assert((int)VF_RVQ4 == (int)KF_RVQ4 && (int)VF_TQ1 == (int)KF_TQ1 && (int)VF_TQ3 == (int)KF_TQ3 &&
+                  (int)VF_TCQ4 == (int)KF_TCQ4 && KF_TQ5 + 1 == 17 && VF_TCQ4 + 1 == 12,
+              "v_format: the V formats are the first K formats; the tables' sizes");
 
 using kvqa::D;
 using kvqa::QPB;
@@ -66,7 +68,8 @@ struct kvq_cuda_layer {
 
 static int w_index(int bits) { return bits == 1 ? 0 : bits == 2 ? 1 : bits == 4 ? 2 : -1; }
 
-/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4). */
+/* The tensor-core kernels' head dims: 128 (every format below), 64 and 256 (f16, q8, tq-mse:2/3/4,
+ * tcq:2/3/4 (attn_tcq.cuh)). */
 static int fast_dim(int d) { return d == 64 || d == D || d == 256; }
 /* A codebook of n levels mirrored exactly (c[n - 1 - i] = -c[i]: lloyd_max.c solves half and mirrors):
  * what KTQ5's lookup by symmetry needs (attn_tq5.cuh). */
@@ -81,6 +84,7 @@ static int k_format(const kvq_cuda_plan *p) {
     if (p->kind == KVQ_LAY_TQ && p->bits == 3) return KF_TQ3; /* attn_tq3.cuh, every fast dim */
     if (p->kind == KVQ_LAY_TQ && p->bits == 5) /* attn_tq5.cuh: keys at d = 128 */
         return p->d == D && p->n1 == 32 && mirrored(p->hc1, 32) ? KF_TQ5 : -1;
+    if (p->kind == KVQ_LAY_TCQ) return p->bits >= 2 && p->bits <= 4 ? KF_TCQ2 + (p->bits - 2) : -1; /* attn_tcq.cuh */
     if (p->d != D) {
         if (p->kind == KVQ_LAY_F16) return KF_F16;
         if (p->kind == KVQ_LAY_Q8) return KF_Q8;
@@ -97,11 +101,11 @@ static int k_format(const kvq_cuda_plan *p) {
     }
     return -1;
 }
-/* V formats: the first 9 K formats, in the same order (the enums agree); the K-only ones (tq-prod, qjl,
+/* V formats: the first 12 K formats, in the same order (the enums agree); the K-only ones (tq-prod, qjl,
  * tq-mse:5) are not */
 static int v_format(const kvq_cuda_plan *p) {
     const int f = p->kind == KVQ_LAY_TQPROD || p->kind == KVQ_LAY_QJL ? -1 : k_format(p);
-    return f > (int)VF_TQ3 ? -1 : f;
+    return f > (int)VF_TCQ4 ? -1 : f;
 }
 
 /* The generic kernel's view of a plan (K: kv = 0); KVQ_ERR_UNSUPPORTED for a record it does not read. */
@@ -145,8 +149,10 @@ static kvqa::GenFmt gen_f16(int d) {
     F.len = d;
     return F;
 }
-/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4, TQ3). */
-static int kd_index(int f) { return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : f == KF_TQ4 ? 3 : 4; }
+/* Row of a format in k_table64 / k_table256 (F16, Q8, TQ2, TQ4, TQ3, TCQ2, TCQ3, TCQ4). */
+static int kd_index(int f) {
+    return f == KF_F16 ? 0 : f == KF_Q8 ? 1 : f == KF_TQ2 ? 2 : f == KF_TQ4 ? 3 : f == KF_TQ3 ? 4 : 5 + (f - KF_TCQ2);
+}
 static kvqa::launch_fn fast_fn(int d, int kf, int vf) {
     if (d == D) return k_table[kf][vf];
     return (d == 64 ? k_table64 : k_table256)[kd_index(kf)][kd_index(vf)];
@@ -331,6 +337,10 @@ extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L) {
     L->force_ct = 0;
     return KVQ_OK;
 }
+
+/* For the tests (not in kvq_cuda.h): 1 when the generic kernel serves the layer's main pass, 0 for a
+ * tensor-core kernel, -1 for NULL. */
+extern "C" int kvq_cuda_layer_generic(const kvq_cuda_layer *L) { return L ? L->gen : -1; }
 
 extern "C" void kvq_cuda_layer_free(kvq_cuda_layer *L) {
     if (!L) return;

@@ -13,6 +13,7 @@
 
 #include "attn_kernel.cuh"
 #include "attn_kernel_w4.cuh"
+#include "attn_tcq.cuh"
 #include "attn_tq3.cuh"
 #include "attn_tq5.cuh"
 #include "attn_split.h"
@@ -103,14 +104,25 @@ inline int chunk_tiles_waves(int tiles, long long items, int slots, int nw) {
 
 } /* namespace kvqa */
 
-/* Format lists (attn.cu builds the dispatch table from them; the V formats are the first 9 K
- * formats, in the same order; the K-only ones follow). */
+/* Format lists (attn.cu builds the dispatch table from them; the V formats are the first 12 K
+ * formats, in the same order; the K-only ones follow). tcq:2/3/4 (attn_tcq.cuh): KTCQ2..4 (one template argument each,
+ * for the macros). */
+namespace kvqa {
+using KTCQ2 = KTCQ<2>;
+using KTCQ3 = KTCQ<3>;
+using KTCQ4 = KTCQ<4>;
+using VTCQ2 = VTCQ<2>;
+using VTCQ3 = VTCQ<3>;
+using VTCQ4 = VTCQ<4>;
+} /* namespace kvqa */
 #define KVQ_ATTN_K_FORMATS(X) \
     X(F16, KF16) X(Q8, KQ8) X(TQ1, KTQ<1>) X(TQ2, KTQ<2>) X(TQ4, KTQ<4>) X(RVQ1, KRVQ<1>) X(RVQ2, KRVQ<2>) \
-    X(RVQ4, KRVQ<4>) X(TQ3, KTQ3<128>) X(TP1, KTP<1>) X(TP2, KTP<2>) X(TP4, KTP<4>) X(QJL, KQJL) X(TQ5, KTQ5<128>)
+    X(RVQ4, KRVQ<4>) X(TQ3, KTQ3<128>) X(TCQ2, KTCQ2) X(TCQ3, KTCQ3) X(TCQ4, KTCQ4) X(TP1, KTP<1>) \
+    X(TP2, KTP<2>) X(TP4, KTP<4>) X(QJL, KQJL) X(TQ5, KTQ5<128>)
 #define KVQ_ATTN_V_FORMATS(X, KN, KT) \
     X(KN, KT, F16, VF16) X(KN, KT, Q8, VQ8) X(KN, KT, TQ1, VTQ<1>) X(KN, KT, TQ2, VTQ<2>) X(KN, KT, TQ4, VTQ<4>) \
-    X(KN, KT, RVQ1, VRVQ<1>) X(KN, KT, RVQ2, VRVQ<2>) X(KN, KT, RVQ4, VRVQ<4>) X(KN, KT, TQ3, VTQ3<128>)
+    X(KN, KT, RVQ1, VRVQ<1>) X(KN, KT, RVQ2, VRVQ<2>) X(KN, KT, RVQ4, VRVQ<4>) X(KN, KT, TQ3, VTQ3<128>) \
+    X(KN, KT, TCQ2, VTCQ2) X(KN, KT, TCQ3, VTCQ3) X(KN, KT, TCQ4, VTCQ4)
 
 #define KVQ_ATTN_DECL_ONE(KN, KT, VN, VT) \
     int kvq_attn_launch_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, int *occ);
@@ -121,18 +133,28 @@ inline int chunk_tiles_waves(int tiles, long long items, int slots, int nw) {
         return launch<KT, VT>(p, go, st, nw, smem, occ);                                                      \
     }
 /* Head dims 64 and 256 (issue 17): the classic kernel for K and V in f16, q8, tq-mse:2, tq-mse:4,
- * tq-mse:3 (25 pairs a head dim; attn_k_d64.cu, attn_k_d256.cu) and the f16 window. */
+ * tq-mse:3, tcq:2/3/4 (64 pairs a head dim; K rows of the first five in attn_k_d64.cu / attn_k_d256.cu,
+ * of tcq in attn_k_d64_tcq.cu / attn_k_d256_tcq.cu: parallel builds) and the f16 window. */
 namespace kvqa {
 template <int DD> using KTQ2 = KTQ<2, DD>;
 template <int DD> using KTQ4 = KTQ<4, DD>;
 template <int DD> using VTQ2 = VTQ<2, DD>;
 template <int DD> using VTQ4 = VTQ<4, DD>;
+template <int DD> using KTCQ2D = KTCQ<2, DD>;
+template <int DD> using KTCQ3D = KTCQ<3, DD>;
+template <int DD> using KTCQ4D = KTCQ<4, DD>;
+template <int DD> using VTCQ2D = VTCQ<2, DD>;
+template <int DD> using VTCQ3D = VTCQ<3, DD>;
+template <int DD> using VTCQ4D = VTCQ<4, DD>;
 } /* namespace kvqa */
-#define KVQ_ATTN_KD_FORMATS(X, DD) \
+#define KVQ_ATTN_KD_FORMATS_A(X, DD) \
     X(DD, F16, KF16T<DD>) X(DD, Q8, KQ8T<DD>) X(DD, TQ2, KTQ2<DD>) X(DD, TQ4, KTQ4<DD>) X(DD, TQ3, KTQ3<DD>)
+#define KVQ_ATTN_KD_FORMATS_B(X, DD) X(DD, TCQ2, KTCQ2D<DD>) X(DD, TCQ3, KTCQ3D<DD>) X(DD, TCQ4, KTCQ4D<DD>)
+#define KVQ_ATTN_KD_FORMATS(X, DD) KVQ_ATTN_KD_FORMATS_A(X, DD) KVQ_ATTN_KD_FORMATS_B(X, DD)
 #define KVQ_ATTN_VD_FORMATS(X, DD, KN, KT) \
     X(DD, KN, KT, F16, VF16T<DD>) X(DD, KN, KT, Q8, VQ8T<DD>) X(DD, KN, KT, TQ2, VTQ2<DD>) X(DD, KN, KT, TQ4, VTQ4<DD>) \
-    X(DD, KN, KT, TQ3, VTQ3<DD>)
+    X(DD, KN, KT, TQ3, VTQ3<DD>) X(DD, KN, KT, TCQ2, VTCQ2D<DD>) X(DD, KN, KT, TCQ3, VTCQ3D<DD>)            \
+    X(DD, KN, KT, TCQ4, VTCQ4D<DD>)
 #define KVQ_ATTN_DECLD_ONE(DD, KN, KT, VN, VT)                                                                   \
     int kvq_attn_launch_d##DD##_##KN##_##VN(const kvqa::AttnParams &p, int go, cudaStream_t st, int *nw, int *smem, \
                                             int *occ);

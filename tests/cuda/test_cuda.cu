@@ -36,6 +36,7 @@
 
 #include "attn_kernel_gen.cuh"
 #include "attn_split.h"
+#include "attn_tcq.cuh"
 #include "attn_tq3.cuh"
 #include "attn_tq5.cuh"
 #include "codec/plan_export.h"
@@ -142,10 +143,10 @@ template <class F> static void stage_records(const HostPlan &h, const std::vecto
         }
     }
 }
-/* tq-mse records of 16 tokens with random index bytes (every code at every coordinate; the scales
- * as encoded): the decoders' bit arithmetic on all patterns, not only the codes of Gaussian rows */
+/* tq-mse (tcq) records of 16 tokens with random index bytes (bitstreams; the scales as encoded): the
+ * decoders' bit arithmetic on all patterns, not only the codes of Gaussian rows */
 static void randomize_tq_codes(const HostPlan &h, std::vector<uint8_t> &recs, uint64_t seed) {
-    if (h.t.kind != KVQ_LAY_TQ) return;
+    if (h.t.kind != KVQ_LAY_TQ && h.t.kind != KVQ_LAY_TCQ) return;
     Rng r{seed};
     for (int t = 0; t < 16; t++)
         for (int i = 0; i < h.L.size[1]; i++) recs[t * h.L.bytes + h.L.off[1] + i] = (uint8_t)(r.next() >> 56);
@@ -192,6 +193,13 @@ static float stage_value(const HostPlan &h, const uint8_t *rec, int st, int c, b
         if (st == 0) return f16r(h.t.c1[strided_get(rec + L.off[1], h.d, h.t.bits, c)]);
         return ((rec[L.off[3] + c / 8] >> (c % 8)) & 1) ? 1.f : -1.f;
     case KVQ_LAY_QJL: return ((rec[L.off[1] + c / 8] >> (c % 8)) & 1) ? 1.f : -1.f;
+    case KVQ_LAY_TCQ: { /* the generic kernel's tcq_value_dev (host_check_gen: equal to kvq_decode) */
+        const uint8_t *f = rec + L.off[1];
+        const uint32_t s = h.d == 64    ? gen_tcq_state<64>(f, h.t.bits, c)
+                           : h.d == 256 ? gen_tcq_state<256>(f, h.t.bits, c)
+                                        : gen_tcq_state<128>(f, h.t.bits, c);
+        return tcq_value_dev(s);
+    }
     }
     (void)vside;
     return NAN;
@@ -249,7 +257,8 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0, boo
                 for (int reg = 0; reg < D / 8; reg++)
                     for (int hh = 0; hh < 2; hh++) {
                         const int c = KF::kcoord(KF::qset(st), qq, reg, hh);
-                        const float got = hh ? hhi(kb[reg]) : hlo(kb[reg]);
+                        float got = hh ? hhi(kb[reg]) : hlo(kb[reg]);
+                        if (h.t.kind == KVQ_LAY_TCQ) got *= TCQ_INV_SD; /* tcq: 1 / sqrt(21845) in the scale */
                         const float want = stage_value(h, &recs[tok * h.L.bytes], st, c, false);
                         if (got != want && bad++ < 5)
                             fprintf(stderr, "  %s K lane %d tok %d st %d reg %d h %d coord %d: %g want %g\n", spec, lane,
@@ -266,6 +275,10 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0, boo
             if (h.t.kind == KVQ_LAY_RVQ) want = h2f(rec[2 * st] | rec[2 * st + 1] << 8);
             if (h.t.kind == KVQ_LAY_TQPROD && st == 1) want = p.kconst * h2f(rec[h.L.off[2]] | rec[h.L.off[2] + 1] << 8);
             if (h.t.kind == KVQ_LAY_QJL) want = p.kconst * h2f(rec[0] | rec[1] << 8);
+            if (h.t.kind == KVQ_LAY_TCQ) want = h2f(rec[0] | rec[1] << 8) * TCQ_INV_SD;
+            const uint8_t *rec1 = &recs[(2 * qq + 1) * h.L.bytes];
+            if (h.t.kind == KVQ_LAY_TCQ && gs.y != h2f(rec1[0] | rec1[1] << 8) * TCQ_INV_SD) bad++;
+            if (h.t.kind == KVQ_LAY_TCQ && KF::kscale1(tile.data(), st, 2 * qq + 1, p) != gs.y) bad++;
             if (gs.x != want) bad++;
         }
     }
@@ -318,7 +331,8 @@ template <class VF> static void host_check_v(const char *spec, int lutw = 0, boo
                     for (int hh = 0; hh < 2; hh++) {
                         const int rh = i & 1, k = (i >> 1) * 2 + hh;
                         const int tok = vtok(qq, k), c = VF::vcoord(g, mt, rh);
-                        const float got = hh ? hhi(a[i]) : hlo(a[i]);
+                        float got = hh ? hhi(a[i]) : hlo(a[i]);
+                        if (h.t.kind == KVQ_LAY_TCQ) got *= TCQ_INV_SD;
                         const float want = stage_value(h, &recs[tok * h.L.bytes], st, c, true);
                         if (got != want && bad++ < 5)
                             fprintf(stderr, "  %s V lane %d st %d mt %d a%d h%d tok %d coord %d: %g want %g\n", spec,
@@ -330,6 +344,8 @@ template <class VF> static void host_check_v(const char *spec, int lutw = 0, boo
             float want = 1;
             if (h.t.kind == KVQ_LAY_TQ) want = h2f(rec[0] | rec[1] << 8);
             if (h.t.kind == KVQ_LAY_RVQ) want = h2f(rec[2 * st] | rec[2 * st + 1] << 8);
+            if (h.t.kind == KVQ_LAY_TCQ) want = h2f(rec[0] | rec[1] << 8) * TCQ_INV_SD;
+            if (h.t.kind == KVQ_LAY_TCQ && VF::vscale1(tile.data(), st, 2 * qq + 9) != want) bad++;
             if (vs.y != want) bad++;
         }
     }
@@ -459,6 +475,22 @@ static void host_check_split(void) {
     }
 }
 
+template <int DD> static void host_check_tcq(void) {
+    static const char *specs[4] = {"tcq:1", "tcq:2", "tcq:3", "tcq:4"};
+#define KVQ_TCQ_HOST(KB)                                                  \
+    host_check_k<KTCQ<KB, DD>>(specs[KB - 1]);                             \
+    host_check_k<KTCQ<KB, DD>>(specs[KB - 1], 0, true);                    \
+    host_check_v<VTCQ<KB, DD>>(specs[KB - 1]);                             \
+    host_check_v<VTCQ<KB, DD>>(specs[KB - 1], 0, true);
+    KVQ_TCQ_HOST(1)
+    KVQ_TCQ_HOST(2)
+    KVQ_TCQ_HOST(3)
+    KVQ_TCQ_HOST(4)
+#undef KVQ_TCQ_HOST
+    host_check_k<KTCQ<3, DD>>("tcq:3+norot");
+    host_check_v<VTCQ<2, DD>>("tcq:2+norot");
+}
+
 static void host_checks(void) {
     host_check_split();
     /* swizzles are permutations inside a tile */
@@ -485,8 +517,8 @@ static void host_checks(void) {
     /* the staging of every field size the kernels copy (R bytes a token; RA: tq-mse:3's split) is a
      * permutation of the tile's 16-byte chunks, each chunk tagged with the token of its first byte */
     {
-        const int fields[][2] = {{2, 0},  {4, 0},  {8, 0},   {16, 0},  {24, 0},  {32, 0},
-                                 {48, 32}, {64, 0}, {96, 64}, {128, 0}, {256, 0}, {512, 0}};
+        const int fields[][2] = {{2, 0},  {4, 0},  {8, 0},   {16, 0},  {24, 0},  {32, 0},  {48, 0},
+                                 {48, 32}, {64, 0}, {96, 0}, {96, 64}, {128, 0}, {256, 0}, {512, 0}};
         for (auto &fr : fields) {
             const int R = fr[0], RA = fr[1];
             std::vector<int> seen(R, 0);
@@ -546,6 +578,10 @@ static void host_checks(void) {
     host_check_v<VTQ3<256>>("tq-mse:3");
     host_check_v<VTQ3<256>>("tq-mse:3", 0, true);
     /* the formats of the other head dims (issue 17) */
+    /* tcq:k (attn_tcq.cuh) at every tensor-core head dim: encoded rows, random bitstreams, +norot */
+    host_check_tcq<128>();
+    host_check_tcq<64>();
+    host_check_tcq<256>();
     host_check_k<KF16T<64>>("f16");
     host_check_k<KQ8T<64>>("q8");
     host_check_k<KTQ<2, 64>>("tq-mse:2");
@@ -971,6 +1007,7 @@ struct AttnCase {
     int force_ct = 0; /* tiles per chunk (kvq_cuda_layer_force_chunk), 0: the library's rule */
     int d = D;        /* head dim */
     bool generic = false; /* the main pass on the generic kernel (kvq_cuda_layer_force_generic) */
+    int want_gen = -1;    /* 0 / 1: the layer must run a tensor-core / the generic kernel (kvq_cuda_layer_generic) */
     int calib = 0; /* calibrated specs (+center, +chscale): K and V rows with a mean and channel scales per
                       head; 1: one CPU plan per head fitted to that head's rows (kvq_cuda_plan_create_heads),
                       2: head 0's plan for every head (kvq_cuda_plan_create) */
@@ -981,6 +1018,7 @@ struct AttnCase {
 /* internal (attn.cu), for the tests */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk);
 extern "C" int kvq_cuda_layer_force_generic(kvq_cuda_layer *L);
+extern "C" int kvq_cuda_layer_generic(const kvq_cuda_layer *L);
 
 /* record t of head h from field-major pages */
 static void get_record(const std::vector<uint8_t> &pages, const kvq_layout &L, size_t page_bytes, size_t kv_off,
@@ -1009,6 +1047,9 @@ static double run_attn_case(const AttnCase &tc, uint64_t seed, bool verbose) {
     kvq_cuda_layer *layer;
     OK(kvq_cuda_layer_create(&layer, &cfg));
     if (tc.force_ct) OK(kvq_cuda_layer_force_chunk(layer, tc.force_ct));
+    if (tc.want_gen >= 0)
+        EXPECT(kvq_cuda_layer_generic(layer) == tc.want_gen, "k=%s v=%s d=%d: served by the %s kernel, expected the %s",
+               tc.k, tc.v, d, kvq_cuda_layer_generic(layer) ? "generic" : "tensor-core", tc.want_gen ? "generic" : "tensor-core");
     if (tc.generic) OK(kvq_cuda_layer_force_generic(layer));
     const size_t page_bytes = kvq_cuda_layer_page_bytes(layer);
     const size_t kb = kvq_plan_code_bytes(kp), vb = kvq_plan_code_bytes(vp);
@@ -1481,7 +1522,9 @@ static void test_attention_generic(bool quick) {
 
 /* tcq:k in the generic kernel (attn_kernel_gen.cuh, gen_tcq_state): K and V at k = 1..4, mixed with
  * the other methods, at d = 64, 96 (dense rotation), 128, 256; calibrated (+chscale), and the README's
- * policy pair tq-mse:5+chscale / tcq:3 (its sink=1 is the Python store's, not the layer's). */
+ * policy pair tq-mse:5+chscale / tcq:3 (its sink=1 is the Python store's, not the layer's). Since the
+ * classic kernel serves tcq:2/3/4 at d = 64, 128, 256 (test_attention_tcq_tc), the cases of those
+ * (f16 scales, both sides classic formats) run there. */
 static void test_attention_tcq(bool quick) {
     /* shorter sequences than test_attention's: the CPU reference encodes every tcq record by its
      * Viterbi search (~1-4 ms a vector), which made these cases most of test_cuda's time */
@@ -1511,6 +1554,134 @@ static void test_attention_tcq(bool quick) {
     AttnCase g = {"tq-mse:5+chscale", "tcq:3", 4, 16, 64, 16, {33, 2600}, {16, 3}};
     g.calib = 1;
     run_attn_case(g, seed++, true);
+}
+
+/* tcq:2/3/4 on the classic kernel (attn_tcq.cuh): at d = 128 K and V alone, together and beside every
+ * other classic format (each case asserts the tensor-core kernel), +norot; at d = 64 and 256 beside the
+ * formats of those dims; chunk boundaries (chunks of 16 tiles forced: 256 tokens; d = 64, 128, 256),
+ * grouped queries with many chunks and the window, calibrated plans (one plan per head and one for all),
+ * the generic kernel's result on the same cases (forced), the README's pair tq-mse:5+chscale/tcq:3 (classic
+ * at d = 128 with the tq-mse:5 keys of attn_tq5.cuh), and what stays generic (tcq:1, +scale32, d = 96,
+ * tq-mse:5 keys at d = 64). Seeds from 17000. Short sequences: the CPU reference encodes
+ * every tcq record by its Viterbi search. */
+static void test_attention_tcq_tc(bool quick) {
+    const std::vector<int> lens = {1, 17, 300, 640, 0, 900}, wl = {0, 5, 32, 1, 7, 32};
+    struct {
+        const char *k, *v;
+    } pairs[] = {{"tcq:2", "tcq:2"},       {"tcq:3", "tcq:3"},         {"tcq:4", "tcq:4"},
+                 {"tq-mse:4", "tcq:3"},    {"q8", "tcq:3"},            {"tcq:3", "tq-mse:4"},
+                 {"tcq:3", "q8"},          {"f16", "tcq:4"},           {"tcq:2", "f16"},
+                 {"tq-mse:2", "tcq:2"},    {"tcq:4", "tq-mse:2"},      {"tq-mse:3", "tcq:3"},
+                 {"tcq:3", "tq-mse:3"},    {"tcq:2", "tcq:4"},         {"tcq:4", "tcq:2"},
+                 {"rvq:2", "tcq:3"},       {"tcq:3", "rvq:4"},         {"tq-prod:3", "tcq:2"},
+                 {"qjl", "tcq:4"},         {"tcq:4", "tq-mse:1"},      {"tq-mse:1", "tcq:4"},
+                 {"tcq:3+norot", "tcq:3+norot"}, {"tcq:2", "tcq:3"}, {"tcq:3", "tcq:4"}};
+    uint64_t seed = 17000;
+    int i = 0;
+    for (auto &pr : pairs) {
+        AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
+        tc.want_gen = 0;
+        i++;
+        if (quick && (i % 3) != 1) continue;
+        run_attn_case(tc, seed++, true);
+    }
+    /* head dims 64 (runs of odd k start inside words: the funnel-shift alignment) and 256 */
+    const struct {
+        const char *k, *v;
+    } dpairs[] = {{"tcq:3", "tcq:3"}, {"tcq:2", "tcq:4"},    {"tq-mse:4", "tcq:3"}, {"tcq:4", "q8"},
+                  {"f16", "tcq:2"},   {"tcq:3", "tq-mse:3"}, {"tq-mse:2", "tcq:3"}, {"tcq:4", "tcq:2"}};
+    for (int d : {64, 256})
+        for (auto &pr : dpairs) {
+            AttnCase tc = varied_case(pr.k, pr.v, i, (i % 2) ? 32 : 0, lens, wl);
+            tc.d = d;
+            tc.want_gen = 0;
+            i++;
+            if (quick && (i % 3) != 1) continue;
+            run_attn_case(tc, seed++, true);
+        }
+    /* chunk boundaries: chunks of 16 tiles (256 tokens) forced, lengths on both sides of them and of
+     * pages and tiles (P = 64), with and without the window */
+    const std::vector<int> edge = {255, 256, 257, 511, 513, 15, 16, 63, 65};
+    const std::vector<int> edge_w = {3, 0, 32, 1, 17, 0, 5, 31, 2};
+    AttnCase e33 = {"tcq:3", "tcq:3", 1, 8, 64, 32, edge, edge_w, 16};
+    e33.want_gen = 0;
+    run_attn_case(e33, seed++, true);
+    AttnCase e24 = {"tcq:2", "tcq:4", 1, 16, 64, 0, edge, {}, 16};
+    e24.want_gen = 0;
+    run_attn_case(e24, seed++, true);
+    AttnCase e43 = {"tq-mse:4", "tcq:3", 1, 3, 32, 32, edge, edge_w, 16};
+    e43.want_gen = 0;
+    run_attn_case(e43, seed++, true);
+    for (int d : {64, 256}) {
+        AttnCase ed = {"tcq:3", "tcq:3", 1, 8, 64, 32, edge, edge_w, 16};
+        ed.d = d;
+        ed.want_gen = 0;
+        run_attn_case(ed, seed++, true);
+    }
+    /* grouped queries (3 groups of 8), many chunks by the rule, the window */
+    AttnCase g = {"tcq:3", "tcq:3", 2, 24, 64, 16, {33, 2600}, {16, 3}};
+    g.want_gen = 0;
+    run_attn_case(g, seed++, true);
+    /* calibrated plans (the records are the inner plan's): per head, and one for all; shorter sequences (the
+     * test compares their paged records with the CPU scalar reference's, whose tcq Viterbi search is slow) */
+    const std::vector<int> clens = {1, 17, 300, 0, 450}, cwl = {0, 5, 32, 7, 32};
+    const struct {
+        const char *k, *v;
+        int calib;
+    } cal[] = {{"tcq:3+chscale", "tcq:3+center", 1}, {"tq-mse:4+chscale", "tcq:3+chscale", 2},
+               {"tcq:4+chscale", "tcq:2+chscale", 1}, {"tcq:2+center", "q8", 2}};
+    for (auto &c : cal) {
+        AttnCase tc = {c.k, c.v, 2, 8, 64, 32, clens, cwl};
+        tc.calib = c.calib;
+        tc.want_gen = 0;
+        run_attn_case(tc, seed++, true);
+    }
+    for (int d : {64, 256}) {
+        AttnCase tc = {"tcq:3+chscale", "tcq:2+chscale", 2, 8, 64, 32, clens, cwl};
+        tc.d = d;
+        tc.calib = 1;
+        tc.want_gen = 0;
+        run_attn_case(tc, seed++, true);
+    }
+    /* the same cases on the generic kernel (forced: its f32 baseline; both against the reference) */
+    for (const char *v : {"tcq:3", "tcq:2"}) {
+        AttnCase fg = {"tcq:3", v, 2, 8, 64, 32, {1, 300, 900}, {0, 5, 32}};
+        fg.want_gen = 0;
+        const uint64_t sd = seed++;
+        run_attn_case(fg, sd, true);
+        fg.generic = true;
+        run_attn_case(fg, sd, true);
+    }
+    /* the README pair at d = 128: tq-mse:5 keys (attn_tq5.cuh) and tcq:3 values, both classic, calibrated;
+     * and forced to the generic kernel */
+    {
+        AttnCase rp = {"tq-mse:5+chscale", "tcq:3", 2, 8, 64, 32, {1, 300, 900}, {0, 5, 32}};
+        rp.calib = 1;
+        rp.want_gen = 0;
+        const uint64_t sd = seed++;
+        run_attn_case(rp, sd, true);
+        rp.generic = true;
+        rp.want_gen = -1;
+        run_attn_case(rp, sd, true);
+    }
+    /* still the generic kernel's: tcq:1, f32 scales, other head dims, tq-mse:5 keys at d = 64 */
+    const struct {
+        const char *k, *v;
+        int d;
+    } gens[] = {{"tcq:1", "tcq:3", 128}, {"tcq:3", "tcq:2+scale32", 128}, {"tcq:3", "tcq:3", 96},
+                {"tq-mse:5+chscale", "tcq:3", 64}};
+    for (auto &c : gens) {
+        AttnCase tc = {c.k, c.v, 2, 8, 64, 0, {17, 300}, {}};
+        tc.d = c.d;
+        tc.want_gen = 1;
+        tc.calib = strstr(c.k, "chscale") ? 1 : 0;
+        run_attn_case(tc, seed++, true);
+    }
+    if (!quick) {
+        AttnCase big = {"tcq:3", "tcq:3", 2, 16, 256, 128, {4096, 1025}, {128, 100}};
+        big.want_gen = 0;
+        run_attn_case(big, seed++, true);
+    }
 }
 
 /* The f16 sink (policy sink=S; kvq_cuda_layer_config.sink): sequences of n positions split as a store
@@ -1672,6 +1843,7 @@ static void test_attention_tq5(bool quick) {
     int i = 0;
     for (const char *v : vs) {
         AttnCase tc = varied_case("tq-mse:5", v, i, (i % 2) ? 32 : 0, lens, wl);
+        tc.want_gen = 0; /* the classic kernel serves every V format beside tq-mse:5 keys */
         i++;
         if (quick && (i % 3) != 1) continue;
         run_attn_case(tc, seed++, true);
@@ -2081,6 +2253,7 @@ int main(int argc, char **argv) {
         test_encode_tcq(quick);
         test_encode_calib(quick);
         test_attention_tcq(quick);
+        test_attention_tcq_tc(quick);
         printf("test_cuda --tcq: %d checks, %d failed\n", g_checks, g_fail);
         return g_fail ? 1 : 0;
     }
@@ -2107,6 +2280,7 @@ int main(int argc, char **argv) {
     test_attention_calib(quick);
     test_attention_generic(quick);
     test_attention_tcq(quick);
+    test_attention_tcq_tc(quick);
     test_sink_errors();
     test_attention_sink(quick);
     test_attention_tq3(quick);

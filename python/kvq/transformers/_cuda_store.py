@@ -84,19 +84,19 @@ def plan_seed(seed: int, layer: int, kv: int, head: int = -1) -> int:
 
 
 #: Head dims of the kvq CUDA attention (docs/CUDA.md "What is served"): 128, 64 and 256 on the tensor-core
-#: kernels (64 and 256: f16, q8, tq-mse:2/3/4) and the generic kernel, the others on the generic kernel.
+#: kernels (64 and 256: f16, q8, tq-mse:2/3/4, tcq:2/3/4) and the generic kernel, the others on the generic kernel.
 HEAD_DIMS = (32, 64, 96, 128, 256)
 SERVED = ("head dims 32, 64, 96, 128, 256; K in f16, q8, tq-mse:1..8, rvq:1..4, tq-prod, qjl, tcq:1..4; V in "
-          "f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (tcq on the generic kernel; f16 or f32 scales; +norot, +scale=norm, +cb=gauss, +center, +chscale: "
+          "f16, q8, tq-mse:1..8, rvq:1..4, tcq:1..4 (f16 or f32 scales; +norot, +scale=norm, +cb=gauss, +center, +chscale: "
           "calibrated per KV head on the first calib_tokens positions); f16 windows and sinks (w=, sink=); no "
           "+outliers, polar, q4, bf16, f32; global attention (no sliding window)")
 
 _OPTS = r"(\+norot|\+scale=norm|\+cb=gauss|\+center|\+chscale)*$"
-_FAST_K = re.compile(r"^(f16|q8|tq-mse:[12345]|rvq:[124]|tq-prod:[235]|qjl)" + _OPTS)  # tq-mse:5: keys only
-_FAST_V = re.compile(r"^(f16|q8|tq-mse:[1234]|rvq:[124])" + _OPTS)
+_FAST_K = re.compile(r"^(f16|q8|tq-mse:[12345]|rvq:[124]|tq-prod:[235]|qjl|tcq:[234])" + _OPTS)  # tq-mse:5: keys only
+_FAST_V = re.compile(r"^(f16|q8|tq-mse:[1234]|rvq:[124]|tcq:[234])" + _OPTS)
 
 
-_FAST_64_256 = re.compile(r"^(f16|q8|tq-mse:[234])" + _OPTS)
+_FAST_64_256 = re.compile(r"^(f16|q8|tq-mse:[234]|tcq:[234])" + _OPTS)
 
 #: The C cache's calibration length when the policy gives none (CACHE_DEFAULT_CALIB, src/cache).
 DEFAULT_CALIB_TOKENS = 128
@@ -104,8 +104,8 @@ DEFAULT_CALIB_TOKENS = 128
 
 def on_fast_kernels(k_spec: str, v_spec: str, head_dim: int) -> bool:
     """Whether the pair runs on the tensor-core kernels (d = 128: the formats above, tq-mse:5 for K only; d = 64
-    and 256: f16, q8, tq-mse:2/3/4 for K and V; docs/CUDA.md) rather than the generic f32 kernel, which is correct but
-    ~20-50x slower (16 x 32K: 3.8-9.5 ms against 0.17 ms)."""
+    and 256: f16, q8, tq-mse:2/3/4, tcq:2/3/4 for K and V; f16 scales; docs/CUDA.md) rather than the generic f32
+    kernel, which is correct but ~20-50x slower (16 x 32K: 3.8-9.5 ms against 0.17 ms)."""
     if head_dim in (64, 256):
         return bool(_FAST_64_256.match(k_spec)) and bool(_FAST_64_256.match(v_spec))
     return head_dim == 128 and bool(_FAST_K.match(k_spec)) and bool(_FAST_V.match(v_spec))
@@ -397,8 +397,8 @@ class CUDAStore(LayerStore):
         if not on_fast_kernels(spec.k_spec, spec.v_spec, spec.head_dim):
             warnings.warn(f"kvq CUDA: K {spec.k_spec!r} / V {spec.v_spec!r} at head dim {spec.head_dim} run on the "
                           "generic attention kernel, correct but about 20x slower than f16 SDPA (docs/CUDA.md); "
-                          "the fast kernels serve d = 128 with tq-mse:1/2/3/4 (and tq-mse:5 keys), rvq:1/2/4, q8, tq-prod:2/3/5, qjl "
-                          "and d = 64 and 256 with f16, q8, tq-mse:2/3/4",
+                          "the fast kernels serve d = 128 with tq-mse:1/2/3/4 (and tq-mse:5 keys), rvq:1/2/4, q8, "
+                          "tq-prod:2/3/5, qjl, tcq:2/3/4 and d = 64 and 256 with f16, q8, tq-mse:2/3/4, tcq:2/3/4",
                           RuntimeWarning, stacklevel=3)
         self.kernels = kernels if kernels is not None else CudaKernels()
         B, H, d = spec.batch, spec.n_kv_heads, spec.head_dim

@@ -1,0 +1,4 @@
+/* Attention kernels with K in format TCQ3 (one file per K format: parallel builds). */
+#include "attn_launch.cuh"
+
+KVQ_ATTN_V_FORMATS(KVQ_ATTN_DEF_ONE, TCQ3, KTCQ3)
