@@ -48,6 +48,10 @@
 #        tq-mse:5+chscale/tcq:3,sink=1, whose tq-mse:5 keys keep it on the generic kernel), tcq:3/tcq:3 and
 #        tq-mse:4/tcq:3 on the generic kernel (--generic: the kernel they ran on before) at 16 x 32K, and
 #        tq-mse:4/4 beside them.
+# s14:   (session 14, after the tcq and tq-mse:5 merges) new alone: cuda_attn for the tcq rows, the README's
+#        pair with its sink, tq-mse:5/tq-mse:4 and tq-mse:4/4 with and without the sink (the window pass before
+#        the main pass) at 1 x 32K, 16 x 32K, 1 x 128K; then test_cuda --quick beside the PyTorch tests, in
+#        what is left of LIMIT seconds (default 585).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -400,4 +404,28 @@ if [ "$MODE" = tcq ]; then
     echo "all: $(( $(date +%s) - t0 )) s"
     grep -E "FAIL|checks|rc " "$OUT/test_tcq.log" | tail -20
     grep -E "B= 16 ctx= 32768|B=  1 ctx= 32768" "$OUT/tcq.log"
+fi
+if [ "$MODE" = s14 ]; then
+    t0=$(date +%s)
+    J=16 build "$NEW" /tmp/b test_cuda cuda_attn kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    ca() { timeout 60 /tmp/b/cuda_attn --no-encode --runs 20 "$@" 2>&1 | grep -E "B=|rror" >> "$OUT/s14.log"; }
+    for sh in "1 32768" "16 32768" "1 131072"; do
+        for pol in tq-mse:4/4 tq-mse:4/4,sink=1 tq-mse:5+chscale/tcq:3,sink=1 tcq:3/tcq:3 tq-mse:4/tcq:3 tq-mse:5/tq-mse:4; do
+            ca --policy "$pol" --shape $sh
+        done
+    done
+    for pol in tcq:2/tcq:2 tcq:4/tcq:4 q8/tcq:3; do ca --policy "$pol" --shape 16 32768; done
+    cat "$OUT/s14.log"
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    left=$(( ${LIMIT:-585} - $(date +%s) + t0 ))
+    ( timeout $left /tmp/b/test_cuda --quick > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log" ) &
+    tc=$!
+    LD_LIBRARY_PATH=/tmp/b KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout $(( left - 5 )) python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"
+    wait $tc
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | tail -20
+    tail -3 "$OUT/pytest_torch.log"
 fi
