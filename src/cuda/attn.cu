@@ -858,9 +858,10 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.sink_len = sink ? b->sink_len : NULL;
     p.sink = (const uint8_t *)b->sink;
     p.S = L->S;
-    /* The window pass first (a few blocks): the tensor-core main pass, its programmatic dependent, starts
-     * while it runs and waits for it at its end (attn_kernel.cuh); measured at 1 x 32K with sink=1:
-     * docs/RESULTS.md, session 14. */
+    if (nchunk > 0) {
+        int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);
+        if (rc) return rc;
+    }
     if (win || sink) { /* the f16 rows: the sink's, then the ring's */
         kvqa::AttnParams pw = p;
         pw.nlut = 0;
@@ -873,11 +874,6 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
             pw.gen_win = 1;
             rc = kvq_attn_launch_gen(pw, 1, st, L->gen_wsmem, NULL);
         }
-        if (rc) return rc;
-        p.win_first = 1;
-    }
-    if (nchunk > 0) {
-        int rc = L->gen ? kvq_attn_launch_gen(p, 1, st, L->gen_smem, NULL) : L->fn(p, 1, st, NULL, NULL, NULL);
         if (rc) return rc;
     }
     MergeParams mp;

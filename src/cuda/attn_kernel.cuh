@@ -36,10 +36,6 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
     const int s = it.s, h = it.h;
 
     int t_begin, t_end, pos_base = 0, end_pos, sl = 0;
-    /* The window pass runs before the main pass (attn.cu), which may start at once (it reads no output
-     * of the window pass) and waits for it only at its end, so that the merge kernel, a dependent of the
-     * main pass, sees both; without a window the wait returns at once. */
-    if (WIN) pdl_launch_dependents();
     if (WIN) { /* the f16 rows: the sink's, then the ring's (f16_row) */
         sl = p.sink_len ? p.sink_len[s] : 0;
         const int nf = sl + (p.win_len ? p.win_len[s] : 0);
@@ -53,10 +49,7 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
         t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
         end_pos = len;
     }
-    if (t_begin >= t_end) { /* the merge kernel knows which chunks exist */
-        if (!WIN) pdl_wait();
-        return;
-    }
+    if (t_begin >= t_end) return; /* the merge kernel knows which chunks exist */
 
     uint8_t *lut = smem;
     build_luts(lut, p);
@@ -166,7 +159,6 @@ __global__ void __launch_bounds__(NW * 32, (NW == 8 && KF::NQS == 1 && KF::HD <=
         issue(i + STAGES - 1);
     }
     block_merge<VF, NW>(smem + p.lut_bytes, p, it, WIN, sm, O, lane, warp);
-    if (!WIN) pdl_wait(); /* the window pass, when it ran first */
 }
 
 } /* namespace kvqa */

@@ -33,10 +33,7 @@ __global__ void __launch_bounds__(WTraits::NW * 32, 2) attn_kernel_w4(const Attn
     const int s = it.s, h = it.h;
     const int len = p.main_len[s];
     const int t_begin = it.chunk * p.chunk_tiles, t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
-    if (t_begin >= t_end) { /* waits too: the main pass ends after its primaries (prep, or the window pass) */
-        pdl_wait();
-        return;
-    }
+    if (t_begin >= t_end) return;
 
     /* the table (overlapping the prep kernel), then the prepared queries */
     build_lut4<WROW>(smem, p.lut[0].c, NW * 32);

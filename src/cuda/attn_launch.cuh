@@ -57,8 +57,7 @@ typedef int (*launch_fn)(const AttnParams &p, int do_launch, cudaStream_t st, in
 /* The main pass of a (K, V) pair; with do_launch == 0 it only configures the kernel and reports
  * the warps per block, the dynamic shared memory (for p.lut_bytes of LUTs) and the resident
  * blocks per SM. The wide-table kernel is a programmatic dependent of the prep kernel (its
- * table build overlaps it); the classic kernel reads the prepared queries at once. After a
- * window pass (p.win_first) either is a programmatic dependent of it (attn_kernel.cuh). */
+ * table build overlaps it); the classic kernel reads the prepared queries at once. */
 template <class KF, class VF>
 int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out, int *occ_out) {
     typedef Traits<KF, VF> C;
@@ -75,8 +74,7 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
     if (nw_out) *nw_out = nw;
     if (smem_out) *smem_out = smem;
     if (!do_launch) return configure(k, nw * 32, smem, occ_out);
-    return launch_kernel(k, dim3(p.nchunk, p.H * p.QG, p.n_seq), dim3(nw * 32), smem, st, (wide || p.win_first) && p.pdl,
-                         p);
+    return launch_kernel(k, dim3(p.nchunk, p.H * p.QG, p.n_seq), dim3(nw * 32), smem, st, wide && p.pdl, p);
 }
 
 /* Most tiles per warp of a chunk: a lane holds the page of each of its warp's tiles (the wide

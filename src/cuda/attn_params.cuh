@@ -55,7 +55,6 @@ struct AttnParams {
     int wide;             /* 4-bit K and V sharing one table: the wide-table kernel (attn_kernel_w4) */
     int wide2;            /* 2-bit K and V sharing one table at d = 128: the classic kernel on the byte table (KTQ2X) */
     int pdl;              /* the device takes programmatic dependent launches (sm_90+) */
-    int win_first;        /* the window pass ran before the main pass, which is then its programmatic dependent */
     int d, sf;            /* head dim, floats of a partial state (state_floats(d)) */
     GenFmt gk, gv;        /* the generic kernel's K and V formats */
     int gen_win;          /* the generic kernel's window pass (gk, gv: f16 rows of the sinks and rings) */
