@@ -533,24 +533,33 @@ KVQ_TARGET_AVX512 static inline __m512i hval16(const k512 *c, __m512i x) {
     return _mm512_add_epi32(_mm512_mullo_epi32(s, c->mul), c->add);
 }
 
-/* acc[r][j] += q8_t B(s_t) lane by lane for the G records' h and the m queries' 64 bytes at t0 */
-KVQ_TARGET_AVX512 static inline void dot16(const int G, const int m, const int vnni, const k512 *c,
-                                           const __m512i *h, const uint8_t *const *q4, int t0, __m512i acc[4][8]) {
-    __m512i p[4];
-    if (!vnni)
-        for (int r = 0; r < G; r++) p[r] = _mm512_maddubs_epi16(h[r], c->ones8);
-    for (int j = 0; j < m; j++) {
-        const __m512i q = _mm512_loadu_si512(q4[j] + 4 * (size_t)t0);
-        if (vnni) {
-            for (int r = 0; r < G; r++) DPBUSD(acc[r][j], h[r], q);
-        } else {
-            const __m512i q16 = _mm512_srai_epi16(q, 8);
-            for (int r = 0; r < G; r++) acc[r][j] = _mm512_add_epi32(acc[r][j], _mm512_madd_epi16(p[r], q16));
-        }
-    }
+/* h(s) of the 16 values t0 .. t0+15 of the stream at b (t0 > 0: no wrap) */
+KVQ_TARGET_AVX512 static inline __m512i hval16_at(const k512 *c, const uint8_t *b, size_t B) {
+    return hval16(c, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b + B))));
 }
 
-/* Records i .. i+G-1 against m prepared queries (qp, qstride floats apart). */
+/* the group t0 = 0: the last 2k bytes of the stream, then its first 16 - 2k */
+KVQ_TARGET_AVX512 static inline __m512i hval16_wrap(const k512 *c, const uint8_t *b, size_t nb) {
+    const __m128i last = _mm_loadu_si128((const __m128i *)(b + nb - 16)), first = _mm_loadu_si128((const __m128i *)b);
+    return hval16(c, _mm512_broadcast_i32x4(_mm_or_si128(_mm_shuffle_epi8(last, c->wlo), _mm_shuffle_epi8(first, c->whi))));
+}
+
+/* acc + q8_t B(s_t) lane by lane: h's bytes times the query's 64 bytes q (VNNI), or the pair sums
+ * p = vpmaddubsw(h, 1) times q16 = q >> 8 (16-bit words: q8_t in both halves of the lane). By value,
+ * so that the asm's operand is a local, never an array element (gcc then kept the arrays on the stack). */
+KVQ_TARGET_AVX512 static inline __m512i tcq_dot(const int vnni, __m512i acc, __m512i h, __m512i q, __m512i p,
+                                               __m512i q16) {
+    if (vnni) {
+        DPBUSD(acc, h, q);
+        return acc;
+    }
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(p, q16));
+}
+#define TCQ_DOT(acc, h, p) (acc = tcq_dot(vnni, acc, h, q, p, q16))
+
+/* Records i .. i+G-1 (G = 1, 2, 4) against m prepared queries (qp, qstride floats apart). The
+ * accumulators are one array of <= 8 vectors per record (gcc keeps arrays that small in registers:
+ * one of 4 x 8 vectors went to the stack). */
 KVQ_TARGET_AVX512 static inline void score16_gm(const int G, const int m, const int vnni, const tcq_records *R,
                                                 const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
                                                 size_t n, size_t i, float *scores) {
@@ -559,7 +568,6 @@ KVQ_TARGET_AVX512 static inline void score16_gm(const int G, const int m, const 
     const uint8_t *lim = codes + n * R->stride;
     const uint8_t *b[4], *q4[8];
     _Alignas(16) uint8_t buf[4][TCQ_BYTES_MAX + 16];
-    __m512i h[4], acc[4][8];
     float g[4];
     for (int j = 0; j < m; j++) q4[j] = (const uint8_t *)(qp + (size_t)j * qstride + d + 2);
     for (int r = 0; r < G; r++) {
@@ -571,24 +579,48 @@ KVQ_TARGET_AVX512 static inline void score16_gm(const int G, const int m, const 
             b[r] = buf[r];
         }
         g[r] = scale_avx2(R, rec);
-        const __m128i last = _mm_loadu_si128((const __m128i *)(b[r] + nb - 16));
-        const __m128i first = _mm_loadu_si128((const __m128i *)b[r]);
-        const __m128i w0 = _mm_or_si128(_mm_shuffle_epi8(last, c->wlo), _mm_shuffle_epi8(first, c->whi));
-        h[r] = hval16(c, _mm512_broadcast_i32x4(w0));
-        for (int j = 0; j < m; j++) acc[r][j] = _mm512_setzero_si512();
     }
-    dot16(G, m, vnni, c, h, q4, 0, acc);
-    for (int t0 = 16; t0 < d; t0 += 16) {
+    __m512i a0[8], a1[8], a2[8], a3[8];
+    for (int j = 0; j < m; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm512_setzero_si512();
+    for (int t0 = 0; t0 < d; t0 += 16) {
         const size_t B = (size_t)(d - 16 - t0) * (size_t)k / 8;
-        for (int r = 0; r < G; r++)
-            h[r] = hval16(c, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b[r] + B))));
-        dot16(G, m, vnni, c, h, q4, t0, acc);
+        __m512i h0, h1 = _mm512_setzero_si512(), h2 = h1, h3 = h1, p0 = h1, p1 = h1, p2 = h1, p3 = h1;
+        if (t0 == 0) {
+            h0 = hval16_wrap(c, b[0], nb);
+            if (G > 1) h1 = hval16_wrap(c, b[1], nb);
+            if (G > 2) h2 = hval16_wrap(c, b[2], nb), h3 = hval16_wrap(c, b[3], nb);
+        } else {
+            h0 = hval16_at(c, b[0], B);
+            if (G > 1) h1 = hval16_at(c, b[1], B);
+            if (G > 2) h2 = hval16_at(c, b[2], B), h3 = hval16_at(c, b[3], B);
+        }
+        if (!vnni) {
+            p0 = _mm512_maddubs_epi16(h0, c->ones8);
+            if (G > 1) p1 = _mm512_maddubs_epi16(h1, c->ones8);
+            if (G > 2) p2 = _mm512_maddubs_epi16(h2, c->ones8), p3 = _mm512_maddubs_epi16(h3, c->ones8);
+        }
+        for (int j = 0; j < m; j++) {
+            const __m512i q = _mm512_loadu_si512(q4[j] + 4 * (size_t)t0), q16 = vnni ? q : _mm512_srai_epi16(q, 8);
+            TCQ_DOT(a0[j], h0, p0);
+            if (G > 1) TCQ_DOT(a1[j], h1, p1);
+            if (G > 2) {
+                TCQ_DOT(a2[j], h2, p2);
+                TCQ_DOT(a3[j], h3, p3);
+            }
+        }
     }
-    for (int j = 0; j < m; j++)
-        for (int r = 0; r < G; r++)
-            scores[(size_t)j * n + i + (size_t)r] =
-                tcq_est(g[r], _mm512_reduce_add_epi32(acc[r][j]), qp + (size_t)j * qstride, d);
+    for (int j = 0; j < m; j++) {
+        const float *q = qp + (size_t)j * qstride;
+        float *o = scores + (size_t)j * n + i;
+        o[0] = tcq_est(g[0], _mm512_reduce_add_epi32(a0[j]), q, d);
+        if (G > 1) o[1] = tcq_est(g[1], _mm512_reduce_add_epi32(a1[j]), q, d);
+        if (G > 2) {
+            o[2] = tcq_est(g[2], _mm512_reduce_add_epi32(a2[j]), q, d);
+            o[3] = tcq_est(g[3], _mm512_reduce_add_epi32(a3[j]), q, d);
+        }
+    }
 }
+#undef TCQ_DOT
 
 /* All records for m queries: G at a time, then one at a time. */
 KVQ_TARGET_AVX512 static inline void score16_m(const int G, const int m, const int vnni, const tcq_records *R,
