@@ -21,9 +21,9 @@
  * Files, each calling only those below it (tests/check_codec_calls.sh):
  *   tcq_dispatch.c     the two-pass tail-biting encoder and the kernel per ISA;
  *   tcq_kernels_x86.c  AVX2 and AVX-512 steps of the forward recursion, AVX2 and AVX-512
- *                      score and accumulate;
+ *                      integer scores (the 8-bit query below) and accumulate;
  *   tcq_kernels.c      the code, the scalar references (*_ref), argmin,
- *                      traceback and the record walk.
+ *                      traceback, the record walk and the 8-bit query.
  */
 #ifndef KVQ_TCQ_KERNELS_H
 #define KVQ_TCQ_KERNELS_H
