@@ -50,11 +50,11 @@ double cr_worst_row_err(const float *a, const double *b, size_t rows, int d) {
 }
 
 /* 1 if the plan scores with 8-bit queries (tq codebooks of <= 4 bits, also
- * inside +outliers; q8 and q4, qblk.h): its scores are its own estimator, not
- * <q, decoded k> (test_codec_methods and test_qblk_vnni bound the difference). */
+ * inside +outliers; q8 and q4, qblk.h; tcq, tcq_kernels.h): its scores are its own estimator, not
+ * <q, decoded k> (test_codec_methods, test_qblk_vnni and test_tcq bound the difference). */
 int cr_int_scores(const kvq_plan *p) {
     const char *s = kvq_plan_spec(p);
-    if (!strncmp(s, "q8", 2) || !strncmp(s, "q4", 2)) return 1;
+    if (!strncmp(s, "q8", 2) || !strncmp(s, "q4", 2) || !strncmp(s, "tcq:", 4)) return 1;
     int b = 0;
     if (!strncmp(s, "tq-mse:", 7)) b = atoi(s + 7);
     else if (!strncmp(s, "tq-prod:", 8)) b = atoi(s + 8) - 1;

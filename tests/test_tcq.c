@@ -195,7 +195,9 @@ static void test_kernels_and_bound(int d, int k, double max_gap) {
         }
     }
     rel /= n;
-    CHECK(se < 2e-5, "%s d=%d score vs float64 <q, x^>: %g", spec, d, se);
+    /* the scores are integer dots with the 8-bit query (tcq_kernels.h): its rounding, at most
+     * 2.6e-3 |q||x^| over these pairs (d = 64; 1.7e-3 at d = 128), not float roundoff */
+    CHECK(se < 6e-3, "%s d=%d score vs float64 <q, x^>: %g", spec, d, se);
     for (int j = 0; j < nq; j++) { /* accumulate: sum_i w_ji x^_i in float64 */
         CHECK_OK(kvq_unrotate(p, acc + j * d, out));
         double emax = 0, nrm = 0;

@@ -103,8 +103,15 @@ static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
     for (int t = 0; t < p->d; t++) y[t] *= g;
 }
 
+/* q~ = R q and its 8-bit form (tcq_kernels.h, "the 8-bit query"). */
+static void prep(const kvq_plan *p, const float *q, float *qp) {
+    rot_apply(&p->rot, q, qp);
+    tcq_query8_ref(p->d, qp);
+}
+
 /* scores[j n + i] = gamma_i sum_t qp_jt f(s_it), qp = R q (the inner product
- * in the rotated domain, where R is orthogonal). */
+ * in the rotated domain, where R is orthogonal), as an integer dot with the
+ * 8-bit query. */
 static void score(const kvq_plan *p, const float *qp, size_t nq, const uint8_t *codes, size_t n, float *scores) {
     tcq_records R = records(p);
     tcq_score(&R, qp, p->qfloats, nq, codes, n, scores, p->isa);
@@ -134,11 +141,11 @@ static int init(kvq_plan *p) {
     tb->tc.f = tb->f;
     p->priv = tb;
     p->rotated = !p->o.norot;
-    p->qfloats = (size_t)p->d;
+    p->qfloats = TCQ_QFLOATS(p->d);
     p->encode = enc;
     p->encode_rows = enc_rows;
     p->decode = dec;
-    p->prep = generic_prep_rot;
+    p->prep = prep;
     p->score = score;
     p->accum = accum;
     return KVQ_OK;

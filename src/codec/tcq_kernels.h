@@ -21,9 +21,9 @@
  * Files, each calling only those below it (tests/check_codec_calls.sh):
  *   tcq_dispatch.c     the two-pass tail-biting encoder and the kernel per ISA;
  *   tcq_kernels_x86.c  AVX2 and AVX-512 steps of the forward recursion, AVX2 and AVX-512
- *                      score and accumulate;
+ *                      integer scores (the 8-bit query below) and accumulate;
  *   tcq_kernels.c      the code, the scalar references (*_ref), argmin,
- *                      traceback and the record walk.
+ *                      traceback, the record walk and the 8-bit query.
  */
 #ifndef KVQ_TCQ_KERNELS_H
 #define KVQ_TCQ_KERNELS_H
@@ -102,7 +102,32 @@ typedef struct tcq_records {
 } tcq_records;
 
 float tcq_scale(const tcq_records *R, const uint8_t *rec);
-/* scores[j n + i] = gamma_i sum_t qp[j qstride + t] f(s_it) */
+
+/* ---- the 8-bit query -------------------------------------------------------
+ * Scores are integer dot products, as tq-mse's (tq_kernels.h) and as
+ * llama.cpp dots quantized weights with q8 activations. With q~ = R q,
+ * sq = max|q~| / 127 and q8_t = round(q~_t / sq) (|q8_t| <= 127), and
+ * f(s) = (B(s) - 510) TCQ_INV_SD, B(s) the byte sum of h(s) = TCQ_MUL s + TCQ_ADD:
+ *     sum_t q~_t f(s_t) ~ (sq TCQ_INV_SD) (sum_t q8_t B(s_t) - 510 sum_t q8_t),
+ * the first sum one vpdpbusd per 16 values (h's four unsigned bytes times
+ * q8_t in the four bytes of its lane), exact in int32 (|sum| <= 512 * 127
+ * * 1020 < 2^27). Every path (scalar, AVX2, AVX-512, AVX-512 VNNI) forms
+ * the same integer and then est = gamma ((float) isum qs): bit for bit the
+ * same scores on every ISA. Prepared query, TCQ_QFLOATS(d) floats:
+ *   [0, d)          q~ = R q
+ *   d               qs = sq TCQ_INV_SD
+ *   d + 1           sum_t q8_t (an integer, exact in float)
+ *   [d + 2, 2d + 2) q8_t in the 4 bytes of float d + 2 + t (int8 bytes)
+ * The rounding of q~ costs ~1e-3 |q~||x| of inner-product error at d = 256
+ * (tests/test_tcq.c bounds it), against ~0.1 |q~||x| for tcq:4 itself. */
+#define TCQ_QFLOATS(d) (2 * (size_t)(d) + 2)
+/* [d, 2d + 2) of a prepared query from q~ in qp[0, d). */
+void tcq_query8_ref(int d, float *qp);
+/* B(s) - 510 = f(s) / TCQ_INV_SD, an integer in [-510, 510] */
+int tcq_value_int(uint32_t s);
+
+/* scores[j n + i] = gamma_i ((float) isum_ij qs_j), isum_ij = sum_t q8_jt (B(s_it) - 510): the 8-bit
+ * query above (qp: prepared queries, qstride floats apart) */
 void tcq_score_ref(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                    float *scores);
 /* acc[j d + t] += w[j n + i] gamma_i f(s_it) */
@@ -110,7 +135,8 @@ void tcq_accum_ref(const tcq_records *R, const float *w, size_t nq, const uint8_
 void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                     float *scores);
 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);
-/* AVX-512 (R->vnni: with vpdpbusd): bit for bit the AVX2 kernels. */
+/* AVX-512 (R->vnni: the integer dots by vpdpbusd, else vpmaddubsw + vpmaddwd): the same integers,
+ * so bit for bit the reference's scores; accumulate: bit for bit the AVX2 kernel. */
 void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                       float *scores);
 void tcq_accum_avx512(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes, size_t n, float *acc);

@@ -17,13 +17,16 @@
  * by one vpshufb (each lane's 4 bytes), a vpsrlvd and a mask; f(s) is then
  * computed in registers as tcq_value does (vpmulld, add, the byte sum by
  * vpmaddubsw + vpmaddwd, sub, convert, multiply): 1.5x faster on this AVX2
- * host (Zen 3) than a vgatherdps from the 16 KB table. Score and
- * accumulate use the values in registers (up to 8 queries a pass; scores
- * of 2 records a pass for <= 4 queries, sharing each query load;
- * accumulation of 4 records a pass, one load and store of the
- * accumulator for the 4), with
- * the 1/sqrt(21845) factor moved onto the query or weight (a different
- * rounding, within 1e-6 of the reference).
+ * host (Zen 3) than a vgatherdps from the 16 KB table. Accumulate uses the
+ * values in registers (4 records a pass, one load and store of the
+ * accumulator for the 4), with the 1/sqrt(21845) factor moved onto the
+ * weight (a different rounding, within 1e-6 of the reference).
+ *
+ * Scores are integer dots with the 8-bit query (tcq_kernels.h): h(s)'s
+ * bytes times q8_t, never a float value; AVX2 8 values a step
+ * (vpmaddubsw + vpmaddwd), AVX-512 16 (vpdpbusd with VNNI), every path the
+ * reference's integer, so bit for bit the same scores (the AVX-512 section
+ * below says how the loads and the tail-biting wrap are done).
  */
 #include <string.h>
 
@@ -305,70 +308,71 @@ KVQ_TARGET_AVX2 void tcq_values_avx2(const tcq_code *tc, const uint8_t *bits, in
     for (int t0 = 0; t0 < T; t0 += 8) _mm256_storeu_ps(v + t0, _mm256_mul_ps(raw8(&c, &w, T, k, t0), isd));
 }
 
-/* Scores of n records against m <= 8 queries (rows of T floats, already
- * multiplied by TCQ_INV_SD: qs); literal m keeps the sums in registers. */
-KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, const vconst *c, const float *qs,
-                                           const uint8_t *codes, size_t n, float *scores) {
+/* h(s) = TCQ_MUL s + TCQ_ADD of the states of values t0 .. t0+7: the value's bytes. */
+KVQ_TARGET_AVX2 static inline __m256i hval8(const vconst *c, const stream16 *w, int T, int k, int t0) {
+    const __m128i b16 = _mm_loadu_si128((const __m128i *)stream16_at(w, (size_t)((T - 8 - t0) * k / 8)));
+    const __m256i b = _mm256_broadcastsi128_si256(b16);
+    const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, c->shuf), c->shift), c->mask);
+    return _mm256_add_epi32(_mm256_mullo_epi32(s, c->mul), c->add);
+}
+
+KVQ_TARGET_AVX2 static inline int32_t hsum_epi32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* The score of an integer dot isum with a prepared query q (tcq_kernels.h): the reference's rounding. */
+static inline float tcq_est(float g, int32_t isum, const float *q, int d) {
+    return g * ((float)(isum - 510 * (int32_t)q[d + 1]) * q[d]);
+}
+
+/* Integer scores of n records against m <= 8 prepared queries, 8 values a step:
+ * vpmaddubsw (h's bytes times 1: the pair sums, <= 510) then vpmaddwd with q8_t in both 16-bit
+ * halves of its lane (the query's 4 bytes q8_t shifted right by 8 as 16-bit words) gives
+ * q8_t B(s_t) in int32, exactly: the reference's integer. */
+KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, const vconst *c, const float *qp,
+                                           size_t qstride, const uint8_t *codes, size_t n, float *scores) {
     const int T = R->d, k = R->tc->k;
     const size_t nb = (size_t)T * k / 8, need = window_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
-    size_t i = 0;
-    if (m <= 4) /* two records a pass: each query row loaded once for both */
-        for (; i + 2 <= n; i += 2) {
-            const uint8_t *r0 = codes + i * R->stride, *r1 = r0 + R->stride;
-            stream16 w0, w1;
-            stream16_init(&w0, r0 + R->bits_off, nb, need, lim);
-            stream16_init(&w1, r1 + R->bits_off, nb, need, lim);
-            __m256 s0[4], s1[4];
-            for (int j = 0; j < m; j++) s0[j] = s1[j] = _mm256_setzero_ps();
-            for (int t0 = 0; t0 < T; t0 += 8) {
-                const __m256 x0 = raw8(c, &w0, T, k, t0), x1 = raw8(c, &w1, T, k, t0);
-                for (int j = 0; j < m; j++) {
-                    const __m256 q = _mm256_loadu_ps(qs + (size_t)j * T + t0);
-                    s0[j] = _mm256_fmadd_ps(q, x0, s0[j]);
-                    s1[j] = _mm256_fmadd_ps(q, x1, s1[j]);
-                }
-            }
-            const float g0 = scale_avx2(R, r0), g1 = scale_avx2(R, r1);
-            for (int j = 0; j < m; j++) {
-                scores[(size_t)j * n + i] = g0 * hsum_256(s0[j]);
-                scores[(size_t)j * n + i + 1] = g1 * hsum_256(s1[j]);
-            }
-        }
-    for (; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         const uint8_t *rec = codes + i * R->stride;
         stream16 w;
         stream16_init(&w, rec + R->bits_off, nb, need, lim);
-        __m256 s[8];
-        for (int j = 0; j < m; j++) s[j] = _mm256_setzero_ps();
+        __m256i s[8];
+        for (int j = 0; j < m; j++) s[j] = _mm256_setzero_si256();
         for (int t0 = 0; t0 < T; t0 += 8) {
-            const __m256 x = raw8(c, &w, T, k, t0);
-            for (int j = 0; j < m; j++) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + (size_t)j * T + t0), x, s[j]);
+            const __m256i p = _mm256_maddubs_epi16(hval8(c, &w, T, k, t0), c->ones8);
+            for (int j = 0; j < m; j++) {
+                const float *q4 = qp + (size_t)j * qstride + T + 2 + t0;
+                const __m256i q16 = _mm256_srai_epi16(_mm256_loadu_si256((const __m256i *)q4), 8);
+                s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(p, q16));
+            }
         }
         const float g = scale_avx2(R, rec);
-        for (int j = 0; j < m; j++) scores[(size_t)j * n + i] = g * hsum_256(s[j]);
+        for (int j = 0; j < m; j++)
+            scores[(size_t)j * n + i] = tcq_est(g, hsum_epi32_256(s[j]), qp + (size_t)j * qstride, T);
     }
 }
 
 KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
                                     const uint8_t *codes, size_t n, float *scores) {
-    const int d = R->d;
     const vconst c = vconst_make(R->tc->k, R->tc->L);
-    float qs[8 * KVQ_DIM_MAX];
     for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 queries a pass over the records */
         const size_t m = nq - j0 < 8 ? nq - j0 : 8;
-        for (size_t j = 0; j < m; j++)
-            for (int t = 0; t < d; t++) qs[j * (size_t)d + t] = qp[(j0 + j) * qstride + (size_t)t] * TCQ_INV_SD;
+        const float *q = qp + j0 * qstride;
         float *out = scores + j0 * n;
         switch (m) {
-        case 1: score_m(1, R, &c, qs, codes, n, out); break;
-        case 2: score_m(2, R, &c, qs, codes, n, out); break;
-        case 3: score_m(3, R, &c, qs, codes, n, out); break;
-        case 4: score_m(4, R, &c, qs, codes, n, out); break;
-        case 5: score_m(5, R, &c, qs, codes, n, out); break;
-        case 6: score_m(6, R, &c, qs, codes, n, out); break;
-        case 7: score_m(7, R, &c, qs, codes, n, out); break;
-        default: score_m(8, R, &c, qs, codes, n, out); break;
+        case 1: score_m(1, R, &c, q, qstride, codes, n, out); break;
+        case 2: score_m(2, R, &c, q, qstride, codes, n, out); break;
+        case 3: score_m(3, R, &c, q, qstride, codes, n, out); break;
+        case 4: score_m(4, R, &c, q, qstride, codes, n, out); break;
+        case 5: score_m(5, R, &c, q, qstride, codes, n, out); break;
+        case 6: score_m(6, R, &c, q, qstride, codes, n, out); break;
+        case 7: score_m(7, R, &c, q, qstride, codes, n, out); break;
+        default: score_m(8, R, &c, q, qstride, codes, n, out); break;
         }
     }
 }
@@ -415,20 +419,15 @@ KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t
     for (; i < n; i++) accum_g(1, R, &c, w, nq, codes, n, i, acc);
 }
 
-/* ---- AVX-512 (and VNNI) score and accumulate ----------------------------
- * Bit for bit the AVX2 kernels above (and so the same digests):
- *   score: each 512-bit vector holds the 8 values t0 .. t0+7 of TWO
- *     records (lanes 0-7 and 8-15), the query row broadcast to both halves,
- *     so every lane runs the AVX2 lane's chain of fmas in the same order;
- *     4 records a pass (two vectors), up to 8 queries, and each half
- *     reduced by hsum_256 as the AVX2 kernel does;
- *   accumulate: 16 consecutive values of one record a vector (the element
- *     t of the accumulator gets the same fmas in the same record order as
- *     in the AVX2 kernel, whatever the vector width); an 8-value tail by
- *     the AVX2 step.
+/* ---- AVX-512 (and VNNI) accumulate ---------------------------------------
+ * Bit for bit the AVX2 kernel above (and so the same digests): 16
+ * consecutive values of one record a vector (the element t of the
+ * accumulator gets the same fmas in the same record order as in the AVX2
+ * kernel, whatever the vector width); an 8-value tail by the AVX2 step.
  * The state and value arithmetic is the AVX2 one on 16 lanes; with VNNI
  * the byte sum minus 510 is one vpdpbusd (h's 4 unsigned bytes times 1,
- * added to -510: the same integer as vpmaddubsw + vpmaddwd - 510). */
+ * added to -510: the same integer as vpmaddubsw + vpmaddwd - 510).
+ * The integer scores follow the accumulate. */
 typedef struct {
     __m512i shuf8, shift8, shuf16, shift16, mask, mul, add, c510, m510, ones8, ones16;
 } vconst512;
@@ -474,17 +473,6 @@ KVQ_TARGET_AVX512 static inline __m512 value16(const vconst512 *c, __m512i h, co
     return _mm512_cvtepi32_ps(sum);
 }
 
-/* values t0 .. t0+7 of record a (lanes 0-7) and of record b (lanes 8-15) */
-KVQ_TARGET_AVX512 static inline __m512 raw8x2(const vconst512 *c, const stream16 *wa, const stream16 *wb, int T,
-                                              int k, int t0, const int vnni) {
-    const size_t B = (size_t)((T - 8 - t0) * k / 8);
-    const __m128i a = _mm_loadu_si128((const __m128i *)stream16_at(wa, B));
-    const __m128i b = _mm_loadu_si128((const __m128i *)stream16_at(wb, B));
-    const __m512i ab = _mm512_shuffle_i32x4(_mm512_castsi128_si512(a), _mm512_castsi128_si512(b), 0x00);
-    const __m512i h = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(ab, c->shuf8), c->shift8), c->mask);
-    return value16(c, h, vnni);
-}
-
 /* values t0 .. t0+15 of one record: the 16 states span 15 k + L <= 72 bits
  * from the byte boundary of s_{t0+15} */
 KVQ_TARGET_AVX512 static inline __m512 raw16(const vconst512 *c, const stream16 *w, int T, int k, int t0,
@@ -497,63 +485,177 @@ KVQ_TARGET_AVX512 static inline __m512 raw16(const vconst512 *c, const stream16 
 
 static inline size_t window16_bytes(int k, int L) { return (size_t)(15 * k + L + 7) / 8; }
 
-/* Scores of n records against m <= 8 queries (qs: rows of T floats times
- * TCQ_INV_SD, as in tcq_score_avx2), 4 records a pass; a short last pass
- * repeats its last record in the unused lanes. */
-KVQ_TARGET_AVX512 static inline void score512_m(const int m, const int vnni, const tcq_records *R, const vconst512 *c,
-                                                const float *qs, const uint8_t *codes, size_t n, float *scores) {
-    const int T = R->d, k = R->tc->k;
-    const size_t nb = (size_t)T * k / 8, need = window_bytes(k, R->tc->L);
+/* ---- AVX-512 integer scores ------------------------------------------------
+ * 16 values of a record a vector, d % 16 == 0: the states of values t0 .. t0+15 are windows of
+ * the 16 stream bytes from byte B = (d-16-t0) k / 8 (s_{t0+15} starts on a byte boundary),
+ * loaded by one vbroadcasti32x4 from memory (no shuffle port), then vpshufb, vpsrlvd, vpandd,
+ * vpmulld, vpaddd: h's 4 bytes in each lane. With VNNI one vpdpbusd per query adds q8_t B(s_t)
+ * (h's unsigned bytes times q8_t in the 4 bytes of its lane; the query's stored form) to the
+ * lane; without, vpmaddubsw(h, 1) once and vpmaddwd by q8_t per query (as the AVX2 kernel).
+ * Only the first group (t0 = 0) runs past the stream's end (tail-biting): its 16 bytes, the
+ * last 2k and the first 16 - 2k, are put together once per record in a register. Every other
+ * 16-byte load starts inside the stream and ends at most 16 - 4k bytes past it (the next
+ * record's bytes, lanes never used); a record that close to the caller's array end is copied
+ * first. G records a pass share each query load (G = 4 for <= 4 queries, 2 for 5..8); the
+ * integer sums are reduced per record and query, then as tcq_score_ref. */
+typedef struct {
+    __m512i shuf, shift, mask, mul, add, ones8;
+    __m128i wlo, whi; /* the wrap: bytes 16-2k.. of the last 16 to 0.., bytes 0.. of the first 16 to 2k.. */
+    size_t need;      /* bytes from a stream's start a 16-byte load may reach */
+} k512;
+
+KVQ_TARGET_AVX512 static inline k512 k512_make(int k, int L, size_t nb) {
+    k512 c;
+    uint8_t s16[64], lo[16], hi[16];
+    int r16[16];
+    for (int l = 0; l < 16; l++) {
+        const int o = (15 - l) * k; /* lane l's bit in the 16 bytes */
+        for (int i = 0; i < 4; i++) s16[4 * l + i] = (uint8_t)((o >> 3) + i);
+        r16[l] = o & 7;
+        lo[l] = l < 2 * k ? (uint8_t)(16 - 2 * k + l) : 0x80;
+        hi[l] = l < 2 * k ? 0x80 : (uint8_t)(l - 2 * k);
+    }
+    c.shuf = _mm512_loadu_si512(s16);
+    c.shift = _mm512_loadu_si512(r16);
+    c.mask = _mm512_set1_epi32((1 << L) - 1);
+    c.mul = _mm512_set1_epi32((int)TCQ_MUL);
+    c.add = _mm512_set1_epi32((int)TCQ_ADD);
+    c.ones8 = _mm512_set1_epi8(1);
+    c.wlo = _mm_loadu_si128((const __m128i *)lo);
+    c.whi = _mm_loadu_si128((const __m128i *)hi);
+    c.need = nb + (4 * k < 16 ? (size_t)(16 - 4 * k) : 0);
+    return c;
+}
+
+/* h(s) of the 16 states in the 16 bytes x (broadcast to the four 128-bit lanes) */
+KVQ_TARGET_AVX512 static inline __m512i hval16(const k512 *c, __m512i x) {
+    const __m512i s = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(x, c->shuf), c->shift), c->mask);
+    return _mm512_add_epi32(_mm512_mullo_epi32(s, c->mul), c->add);
+}
+
+/* h(s) of the 16 values t0 .. t0+15 of the stream at b (t0 > 0: no wrap) */
+KVQ_TARGET_AVX512 static inline __m512i hval16_at(const k512 *c, const uint8_t *b, size_t B) {
+    return hval16(c, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b + B))));
+}
+
+/* the group t0 = 0: the last 2k bytes of the stream, then its first 16 - 2k */
+KVQ_TARGET_AVX512 static inline __m512i hval16_wrap(const k512 *c, const uint8_t *b, size_t nb) {
+    const __m128i last = _mm_loadu_si128((const __m128i *)(b + nb - 16)), first = _mm_loadu_si128((const __m128i *)b);
+    return hval16(c, _mm512_broadcast_i32x4(_mm_or_si128(_mm_shuffle_epi8(last, c->wlo), _mm_shuffle_epi8(first, c->whi))));
+}
+
+/* acc + q8_t B(s_t) lane by lane: h's bytes times the query's 64 bytes q (VNNI), or the pair sums
+ * p = vpmaddubsw(h, 1) times q16 = q >> 8 (16-bit words: q8_t in both halves of the lane). By value,
+ * so that the asm's operand is a local, never an array element (gcc then kept the arrays on the stack). */
+KVQ_TARGET_AVX512 static inline __m512i tcq_dot(const int vnni, __m512i acc, __m512i h, __m512i q, __m512i p,
+                                               __m512i q16) {
+    if (vnni) {
+        DPBUSD(acc, h, q);
+        return acc;
+    }
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(p, q16));
+}
+#define TCQ_DOT(acc, h, p) (acc = tcq_dot(vnni, acc, h, q, p, q16))
+
+/* Records i .. i+G-1 (G = 1, 2, 4) against m prepared queries (qp, qstride floats apart). The
+ * accumulators are one array of <= 8 vectors per record (gcc keeps arrays that small in registers:
+ * one of 4 x 8 vectors went to the stack). */
+KVQ_TARGET_AVX512 static inline void score16_gm(const int G, const int m, const int vnni, const tcq_records *R,
+                                                const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
+                                                size_t n, size_t i, float *scores) {
+    const int d = R->d, k = R->tc->k;
+    const size_t nb = (size_t)d * k / 8;
     const uint8_t *lim = codes + n * R->stride;
-    for (size_t i = 0; i < n; i += 4) {
-        const size_t nr = n - i < 4 ? n - i : 4;
-        stream16 w[4];
-        float g[4];
-        for (size_t r = 0; r < 4; r++) {
-            const uint8_t *rec = codes + (i + (r < nr ? r : nr - 1)) * R->stride;
-            stream16_init(&w[r], rec + R->bits_off, nb, need, lim);
-            g[r] = scale_avx2(R, rec);
+    const uint8_t *b[4], *q4[8];
+    _Alignas(16) uint8_t buf[4][TCQ_BYTES_MAX + 16];
+    float g[4];
+    for (int j = 0; j < m; j++) q4[j] = (const uint8_t *)(qp + (size_t)j * qstride + d + 2);
+    for (int r = 0; r < G; r++) {
+        const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
+        b[r] = rec + R->bits_off;
+        if ((size_t)(lim - b[r]) < c->need) { /* the loads would leave the array */
+            memcpy(buf[r], b[r], nb);
+            memset(buf[r] + nb, 0, 16);
+            b[r] = buf[r];
         }
-        __m512 s01[8], s23[8];
-        for (int j = 0; j < m; j++) s01[j] = s23[j] = _mm512_setzero_ps();
-        for (int t0 = 0; t0 < T; t0 += 8) {
-            const __m512 x01 = raw8x2(c, &w[0], &w[1], T, k, t0, vnni);
-            const __m512 x23 = raw8x2(c, &w[2], &w[3], T, k, t0, vnni);
-            for (int j = 0; j < m; j++) {
-                const __m512 q = _mm512_broadcast_f32x8(_mm256_loadu_ps(qs + (size_t)j * T + t0));
-                s01[j] = _mm512_fmadd_ps(q, x01, s01[j]);
-                s23[j] = _mm512_fmadd_ps(q, x23, s23[j]);
-            }
+        g[r] = scale_avx2(R, rec);
+    }
+    __m512i a0[8], a1[8], a2[8], a3[8];
+    for (int j = 0; j < m; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm512_setzero_si512();
+    for (int t0 = 0; t0 < d; t0 += 16) {
+        const size_t B = (size_t)(d - 16 - t0) * (size_t)k / 8;
+        __m512i h0, h1 = _mm512_setzero_si512(), h2 = h1, h3 = h1, p0 = h1, p1 = h1, p2 = h1, p3 = h1;
+        if (t0 == 0) {
+            h0 = hval16_wrap(c, b[0], nb);
+            if (G > 1) h1 = hval16_wrap(c, b[1], nb);
+            if (G > 2) h2 = hval16_wrap(c, b[2], nb), h3 = hval16_wrap(c, b[3], nb);
+        } else {
+            h0 = hval16_at(c, b[0], B);
+            if (G > 1) h1 = hval16_at(c, b[1], B);
+            if (G > 2) h2 = hval16_at(c, b[2], B), h3 = hval16_at(c, b[3], B);
+        }
+        if (!vnni) {
+            p0 = _mm512_maddubs_epi16(h0, c->ones8);
+            if (G > 1) p1 = _mm512_maddubs_epi16(h1, c->ones8);
+            if (G > 2) p2 = _mm512_maddubs_epi16(h2, c->ones8), p3 = _mm512_maddubs_epi16(h3, c->ones8);
         }
         for (int j = 0; j < m; j++) {
-            float *o = scores + (size_t)j * n + i;
-            __m256 h[4] = {_mm512_castps512_ps256(s01[j]), _mm512_extractf32x8_ps(s01[j], 1),
-                           _mm512_castps512_ps256(s23[j]), _mm512_extractf32x8_ps(s23[j], 1)};
-            for (size_t r = 0; r < nr; r++) o[r] = g[r] * hsum_256(h[r]);
+            const __m512i q = _mm512_loadu_si512(q4[j] + 4 * (size_t)t0), q16 = vnni ? q : _mm512_srai_epi16(q, 8);
+            TCQ_DOT(a0[j], h0, p0);
+            if (G > 1) TCQ_DOT(a1[j], h1, p1);
+            if (G > 2) {
+                TCQ_DOT(a2[j], h2, p2);
+                TCQ_DOT(a3[j], h3, p3);
+            }
+        }
+    }
+    for (int j = 0; j < m; j++) {
+        const float *q = qp + (size_t)j * qstride;
+        float *o = scores + (size_t)j * n + i;
+        o[0] = tcq_est(g[0], _mm512_reduce_add_epi32(a0[j]), q, d);
+        if (G > 1) o[1] = tcq_est(g[1], _mm512_reduce_add_epi32(a1[j]), q, d);
+        if (G > 2) {
+            o[2] = tcq_est(g[2], _mm512_reduce_add_epi32(a2[j]), q, d);
+            o[3] = tcq_est(g[3], _mm512_reduce_add_epi32(a3[j]), q, d);
         }
     }
 }
+#undef TCQ_DOT
 
+/* All records for m queries: G at a time, then one at a time. */
+KVQ_TARGET_AVX512 static inline void score16_m(const int G, const int m, const int vnni, const tcq_records *R,
+                                               const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
+                                               size_t n, float *scores) {
+    size_t i = 0;
+    for (; i + (size_t)G <= n; i += (size_t)G) score16_gm(G, m, vnni, R, c, qp, qstride, codes, n, i, scores);
+    for (; i < n; i++) score16_gm(1, m, vnni, R, c, qp, qstride, codes, n, i, scores);
+}
+
+/* d % 16 == 0 and a stream of >= 16 bytes whose 16-value windows end within 4k bytes (every plan
+ * of L = 12 with d * k >= 128); the AVX2 kernel (the same integers) for the others. */
 KVQ_TARGET_AVX512 static inline void score512_all(const int vnni, const tcq_records *R, const float *qp,
                                                   size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                                                   float *scores) {
-    const int d = R->d;
-    const vconst512 c = vconst512_make(R->tc->k, R->tc->L);
-    float qs[8 * KVQ_DIM_MAX];
+    const int d = R->d, k = R->tc->k, L = R->tc->L;
+    const size_t nb = (size_t)d * k / 8;
+    if (d % 16 || nb < 16 || window16_bytes(k, L) > 4 * (size_t)k) {
+        tcq_score_avx2(R, qp, qstride, nq, codes, n, scores);
+        return;
+    }
+    const k512 c = k512_make(k, L, nb);
     for (size_t j0 = 0; j0 < nq; j0 += 8) {
         const size_t m = nq - j0 < 8 ? nq - j0 : 8;
-        for (size_t j = 0; j < m; j++)
-            for (int t = 0; t < d; t++) qs[j * (size_t)d + t] = qp[(j0 + j) * qstride + (size_t)t] * TCQ_INV_SD;
+        const float *q = qp + j0 * qstride;
         float *out = scores + j0 * n;
         switch (m) {
-        case 1: score512_m(1, vnni, R, &c, qs, codes, n, out); break;
-        case 2: score512_m(2, vnni, R, &c, qs, codes, n, out); break;
-        case 3: score512_m(3, vnni, R, &c, qs, codes, n, out); break;
-        case 4: score512_m(4, vnni, R, &c, qs, codes, n, out); break;
-        case 5: score512_m(5, vnni, R, &c, qs, codes, n, out); break;
-        case 6: score512_m(6, vnni, R, &c, qs, codes, n, out); break;
-        case 7: score512_m(7, vnni, R, &c, qs, codes, n, out); break;
-        default: score512_m(8, vnni, R, &c, qs, codes, n, out); break;
+        case 1: score16_m(4, 1, vnni, R, &c, q, qstride, codes, n, out); break;
+        case 2: score16_m(4, 2, vnni, R, &c, q, qstride, codes, n, out); break;
+        case 3: score16_m(4, 3, vnni, R, &c, q, qstride, codes, n, out); break;
+        case 4: score16_m(4, 4, vnni, R, &c, q, qstride, codes, n, out); break;
+        case 5: score16_m(2, 5, vnni, R, &c, q, qstride, codes, n, out); break;
+        case 6: score16_m(2, 6, vnni, R, &c, q, qstride, codes, n, out); break;
+        case 7: score16_m(2, 7, vnni, R, &c, q, qstride, codes, n, out); break;
+        default: score16_m(2, 8, vnni, R, &c, q, qstride, codes, n, out); break;
         }
     }
 }

@@ -260,8 +260,9 @@ static int step(kvq_session *S, int layer, step_kind kind, int ntok) {
 /* ------------------------------------------------------------------------ */
 /* Products of nm matrices with the same activations: ggml-typed ones in one
  * parallel region (kvq_ggml_matmul_multi), kvq-coded ones on their codes
- * (kvq_wmat_matmul; their activation rounding is the codec's, so f32_acts
- * does not apply to them). */
+ * (kvq_wmat_matmul; their activation rounding is the codec's — tq-mse and
+ * tcq score with an 8-bit activation per block — so f32_acts does not
+ * apply to them). */
 static int matmul_multi(kvq_session *S, const kvq_ggml_matrix *const *W, int nm, const float *X, int ntok,
                         float *const *Y, const int64_t *ldy) {
     const kvq_ggml_matrix *Wg[4];

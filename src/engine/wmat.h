@@ -7,7 +7,7 @@
  *     y[r] = sum_b <W[r, bB..bB+B), x[bB..bB+B)> = sum_b <R W_rb, R x_b>,
  *
  * because a rotation R preserves inner products: the activation block is
- * rotated (and for tq-mse rounded to int8) ONCE by kvq_query_prepare and
+ * rotated (and for tq-mse and tcq rounded to int8, one scale per block) ONCE by kvq_query_prepare and
  * then scored against the codes of every row by kvq_score, the codec's fused
  * scoring kernel (scalar reference + AVX2 / AVX-512 paths, tested there); no
  * weight is decoded to a buffer. This is the cache's q.k on codes with the
