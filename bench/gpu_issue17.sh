@@ -52,6 +52,10 @@
 #        pair with its sink, tq-mse:5/tq-mse:4 and tq-mse:4/4 with and without the sink (the window pass before
 #        the main pass) at 1 x 32K, 16 x 32K, 1 x 128K; then test_cuda --quick beside the PyTorch tests, in
 #        what is left of LIMIT seconds (default 585).
+# s15:   (session 15, the wide kernel for tq-mse:2/2) base (cuda_attn) and new (test_cuda, cuda_attn) built in
+#        parallel; base vs new interleaved for tq-mse:2/2 and tq-mse:4/4 (every shape, REPS rounds, default 2),
+#        tq-mse:4/2 and q8 on new, bench/torch_sdpa.py, Nsight Compute of the new tq-mse:2/2 and tq-mse:4/4
+#        main kernels at 16 x 32K, then test_cuda --quick in what is left of LIMIT seconds (default 560).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -428,4 +432,37 @@ if [ "$MODE" = s14 ]; then
     echo "tests: $(( $(date +%s) - t0 )) s"
     grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | tail -20
     tail -3 "$OUT/pytest_torch.log"
+fi
+if [ "$MODE" = s15 ]; then
+    t0=$(date +%s)
+    ( J=8 build "$BASE" /tmp/bb cuda_attn ) & ( J=8 build "$NEW" /tmp/b test_cuda cuda_attn ) & wait
+    [ -x /tmp/b/test_cuda ] && [ -x /tmp/b/cuda_attn ] && [ -x /tmp/bb/cuda_attn ] || { echo "build failed"; exit 1; }
+    echo "build: $(( $(date +%s) - t0 )) s"
+    for r in $(seq "${REPS:-2}"); do
+        for pol in tq-mse:2/2 tq-mse:4/4; do
+            for v in base new; do
+                b=/tmp/b; [ $v = base ] && b=/tmp/bb
+                timeout 60 $b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|rror" | sed "s/^/$v /" >> "$OUT/ab.log"
+            done
+        done
+    done
+    for pol in tq-mse:4/2 q8; do
+        timeout 60 /tmp/b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|rror" | sed "s/^/new /" >> "$OUT/ab.log"
+    done
+    timeout 120 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
+    echo "bench: $(( $(date +%s) - t0 )) s"
+    PROF_OUT=$OUT
+    for pol in tq-mse:2/2 tq-mse:4/4; do
+        n=$(echo "$pol" | tr -d ':/-' | sed 's/tqmse/tq/')
+        mkdir -p /tmp/x/$n && timeout 90 bash bench/profile_cuda.sh /tmp/b /tmp/x/$n "$pol" > /tmp/x/$n/sum.txt 2>&1
+        cp /tmp/x/$n/ncu.txt "$OUT/ncu_$n.txt"
+        echo "== $n"; grep -E "Duration|DRAM Throughput|Issue Slots Busy|No Eligible|Registers Per|inst_executed|wavefronts|bank_conflicts" "$OUT/ncu_$n.txt" | head -12
+    done
+    echo "profiles: $(( $(date +%s) - t0 )) s"
+    left=$(( ${LIMIT:-560} - $(date +%s) + t0 ))
+    timeout $left /tmp/b/test_cuda --quick > "$OUT/test_cuda.log" 2>&1; echo "test_cuda rc $?" >> "$OUT/test_cuda.log"
+    echo "tests: $(( $(date +%s) - t0 )) s"
+    grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | tail -20
+    grep -E "B= 16 ctx= 32768|B=  1 ctx=131072|B=  1 ctx= 32768" "$OUT/ab.log"
+    grep -E "torch" "$OUT/torch_sdpa.txt" | tail -12
 fi

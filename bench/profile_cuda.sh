@@ -23,8 +23,8 @@ grep -q "Duration" "$O/ncu.txt" || ncu --clock-control none --target-processes a
   "$B/cuda_attn" --no-encode --policy "$POL" --shape $SB $SC --runs 8 >>"$O/ncu.txt" 2>&1
 grep -E "attn_kernel|Duration|Throughput|Warp Cycles|Stall|Achieved|Registers|Block Limit|Issued|Eligible|Active Warps|Theoretical|Shared Memory Configuration|Executed Ipc|Issue Slots|Pipe|inst_|cycles_elapsed|bytes_read|==PROF==|==ERROR==|==WARNING==" "$O/ncu.txt" | head -80
 OBJ=$(ls $B/CMakeFiles/kvq_cuda.dir/src/cuda/attn_k_tq4.cu.o 2>/dev/null)
-# the wide-table kernel (one 4-bit table for K and V; attn_kernel_w4.cuh)
-FN=_ZN4kvqa14attn_kernel_w4ILi0EEEvNS_10AttnParamsE
+# the wide-table kernel (one 4-bit table for K and V; attn_kernel_wide.cuh, W = 4)
+FN=_ZN4kvqa16attn_kernel_wideILi4EEEvNS_10AttnParamsE
 cuobjdump -sass -fun $FN $OBJ >"$O/sass_tq4.txt" 2>&1
 echo "SASS instructions of the tq-mse:4/4 kernel: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$O/sass_tq4.txt")"
 grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T] )?[A-Z0-9]+' "$O/sass_tq4.txt" | awk '{print $NF}' | sort | uniq -c | sort -rn | head -25

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""SASS instructions of the classic kernel's tile loop, per (K, V) kernel (needs cuobjdump; CUOBJDUMP=path).
+"""SASS instructions of the tile loop of the classic and the wide-table kernels, per (K, V) kernel (needs cuobjdump;
+CUOBJDUMP=path; cuobjdump and nvdisasm also come from PyPI: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm).
 
 Usage: bench/sass_tileloop.py OBJ_OR_LIB... [--match SUBSTRING]
 The count is the common path of one 16-token tile: from the loop's cp.async wait (`DEPBAR.LE SB0`) to the
@@ -64,11 +65,11 @@ def main():
             args.append(a)
     for obj in args:
         for name, ins in functions(obj).items():
-            if "attn_kernelI" not in name or (match and match not in name):
+            if ("attn_kernelI" not in name and "attn_kernel_wideI" not in name) or (match and match not in name):
                 continue
             r = tile_loop(ins)
             if r:
-                m = re.search(r"attn_kernelI(.*)EEvNS_10AttnParams", name)
+                m = re.search(r"attn_kernel(?:_wide)?I(.*)EEvNS_10AttnParams", name)
                 print(f"{r[0]:5d} {r[1]:5d} {m.group(1) if m else name}")
 
 

@@ -55,7 +55,7 @@ struct kvq_cuda_layer {
     kvqa::LutDesc lut[4];
     int klut[2], vlut[2], lut_bytes;
     int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
-    int wide2; /* tq-mse:2 K and V with one table at d = 128: the 2-bit byte table (KTQ2X, VTQ2X) */
+    int wide2; /* tq-mse:2 K and V with one table at d = 128: the wide kernel on the 2-bit byte table */
     int pdl;  /* programmatic dependent launches (compute capability >= 9) */
     int force_ct; /* tiles per chunk forced by the tests (kvq_cuda_layer_force_chunk); 0: the rule */
     int d;        /* head dim */
@@ -307,7 +307,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
  * the block's warps, at most 32 (64 for the wide-table kernel) per warp; 0 restores the rule. */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk) {
     if (!L) return KVQ_ERR_NULL;
-    const int tpw = kvqa::max_tiles_per_warp(L->wide);
+    const int tpw = kvqa::max_tiles_per_warp(L->wide || L->wide2);
     if (tiles_per_chunk < 0 || tiles_per_chunk % L->nw || tiles_per_chunk > tpw * L->nw) return KVQ_ERR_INVALID_ARG;
     L->force_ct = tiles_per_chunk;
     return KVQ_OK;
@@ -688,7 +688,7 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
     const long long items = (long long)n_seq * L->H * L->QG;
     if (L->force_ct > 0) return L->force_ct;
     if (L->gen) return kvqa::chunk_tiles_waves(tiles, items, L->sms * L->occ, L->nw);
-    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide);
+    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide || L->wide2);
 }
 
 /* Floats of a prepared query: the rotated query (d), then S q~ (m) for QJL keys; at least 2d (the

@@ -1,6 +1,6 @@
 /*
  * The parts of a block's work that both kernels share (attn_kernel.cuh,
- * attn_kernel_w4.cuh): the work item of the block, the block-table entry of
+ * attn_kernel_wide.cuh): the work item of the block, the block-table entry of
  * a tile, the query fragments, the score MMA with the tokens as its rows,
  * and the epilogue that merges the warps' states into one partial state.
  */

@@ -19,6 +19,15 @@
 
 namespace kvqa {
 
+/* The codes of a token pair interleaved field by field (S = 2 or 4 bits): x0 gets the even
+ * fields of both (x0's in the low S bits of each 2S), x1 the odd ones; one shift and one
+ * bitwise select (LOP3) per word. */
+template <int S> KVQ_HD void interleave(uint32_t &x0, uint32_t &x1) {
+    constexpr uint32_t m = S == 4 ? 0x0f0f0f0fu : 0x33333333u;
+    const uint32_t a = x0, b = x1;
+    x0 = bitsel(m, a, b << S);
+    x1 = bitsel(m, a >> S, b);
+}
 /* ---- K side: token r, quarter qq -> DD/8 f16x2 registers ---------------------- */
 /* Every decoder is written for head dim DD = 64, 128 or 256 (default 128): lane quarter qq
  * reads the qq-th quarter of each field's bytes, so the maps below are the d = 128 maps with
@@ -77,17 +86,44 @@ KVQ_UNROLL
             kb[2 * (4 * i + b) + 1] = lut2(L, byte >> 4);
         }
 }
-/* The same registers from the 2-bit byte table (LUT_W2X, d = 128): one PRMT per byte for the
- * address of its two nibbles' pairs (lut2x: two conflict-free 4-byte loads) */
-KVQ_HD void kdec2x(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t lane4, uint32_t kb[16]) {
+/* The same registers from the 2-bit byte table (LUT_W2X, d = 128): per byte one PRMT for the
+ * address of its two nibbles' pairs and one 8-byte load (lut2x); lane8 = 8 * lane */
+KVQ_HD void kdec2x(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t lane8, uint32_t kb[16]) {
     uint32_t w[2];
     ldf<D / 4, D / 16>(f, r, qq * (D / 16), w);
 KVQ_UNROLL
     for (int i = 0; i < 2; i++) {
-        const uint2 e0 = lut2x<0>(L, w[i], lane4), e1 = lut2x<1>(L, w[i], lane4);
-        const uint2 e2 = lut2x<2>(L, w[i], lane4), e3 = lut2x<3>(L, w[i], lane4);
+        const uint2 e0 = lut2x<0>(L, w[i], lane8), e1 = lut2x<1>(L, w[i], lane8);
+        const uint2 e2 = lut2x<2>(L, w[i], lane8), e3 = lut2x<3>(L, w[i], lane8);
         kb[8 * i + 0] = e0.x, kb[8 * i + 1] = e0.y, kb[8 * i + 2] = e1.x, kb[8 * i + 3] = e1.y;
         kb[8 * i + 4] = e2.x, kb[8 * i + 5] = e2.y, kb[8 * i + 6] = e3.x, kb[8 * i + 7] = e3.y;
+    }
+}
+/* Tokens r and r + 8 (the score MMA's rows g, g + 8) at once from the byte table, for the wide
+ * kernel: the two tokens' words nibble-interleaved (interleave<4>: byte b of lo = token r's low
+ * nibble of byte b, then token r + 8's; hi: the high nibbles), so that one lookup (lut2x: the pairs
+ * of the byte's two nibbles) is (kb0[j], kb1[j]) = the A fragment's (a0, a1) or (a2, a3) of kmma_t,
+ * the two registers the MMA reads, as they are (two lookups of one token's byte gave (kb0[j],
+ * kb0[j + 1]): ptxas moved every register into place, ~35 moves a tile). The registers and the map
+ * (kcoord2) are kdec2x's of each token. */
+KVQ_HD void kdec2x_pair(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t lane8, uint32_t kb0[16],
+                        uint32_t kb1[16]) {
+    uint32_t w0[2], w1[2];
+    ldf<D / 4, D / 16>(f, r, qq * (D / 16), w0);
+    ldf<D / 4, D / 16>(f, r + 8, qq * (D / 16), w1);
+KVQ_UNROLL
+    for (int i = 0; i < 2; i++) {
+        uint32_t lo = w0[i], hi = w1[i];
+        interleave<4>(lo, hi);
+KVQ_UNROLL
+        for (int b = 0; b < 4; b++) {
+            const uint2 e = b == 0 ? lut2x<0>(L, lo, lane8) : b == 1 ? lut2x<1>(L, lo, lane8)
+                          : b == 2 ? lut2x<2>(L, lo, lane8) : lut2x<3>(L, lo, lane8);
+            const uint2 o = b == 0 ? lut2x<0>(L, hi, lane8) : b == 1 ? lut2x<1>(L, hi, lane8)
+                          : b == 2 ? lut2x<2>(L, hi, lane8) : lut2x<3>(L, hi, lane8);
+            kb0[8 * i + 2 * b] = e.x, kb1[8 * i + 2 * b] = e.y;
+            kb0[8 * i + 2 * b + 1] = o.x, kb1[8 * i + 2 * b + 1] = o.y;
+        }
     }
 }
 template <int DD = 128> KVQ_HD int kcoord2(int qq, int reg, int h) {
@@ -180,15 +216,6 @@ KVQ_HD void vpack(uint32_t a[4], uint32_t u0, uint32_t u1, uint32_t u2, uint32_t
 }
 KVQ_HD int vtok(int qq, int k) { return 2 * qq + (k & 1) + 8 * (k >> 1); }
 
-/* The codes of a token pair interleaved field by field (S = 2 or 4 bits): x0 gets the even
- * fields of both (x0's in the low S bits of each 2S), x1 the odd ones; one shift and one
- * bitwise select (LOP3) per word. */
-template <int S> KVQ_HD void interleave(uint32_t &x0, uint32_t &x1) {
-    constexpr uint32_t m = S == 4 ? 0x0f0f0f0fu : 0x33333333u;
-    const uint32_t a = x0, b = x1;
-    x0 = bitsel(m, a, b << S);
-    x1 = bitsel(m, a >> S, b);
-}
 /* 4-bit V codes of the lane's tokens (k0, k1 | k2, k3; 8 bytes each): the nibbles of a pair
  * interleaved, so that a byte holds one coordinate of both tokens: its lookup (c[lo], c[hi])
  * is the A register as it is (no byte permutes to pair the tokens). x[2p][j]: low nibbles
@@ -199,6 +226,11 @@ KVQ_UNROLL
 KVQ_UNROLL
         for (int j = 0; j < NWD; j++) interleave<4>(x[2 * pr][j], x[2 * pr + 1][j]);
 }
+
+/* Offset of lane (g, qq)'s V word of token 2qq in a staged 32-byte field (2-bit codes, d = 128):
+ * faddr<32>(2qq + e + 8h, 4g) = 64qq + 4g + 256h + 32 (e ^ (qq >> 1)), the swizzle (swz_of(32, t) =
+ * 2 ((t >> 2) & 1) chunks) being qq >> 1 for all four tokens; e = 1 is this offset ^ 32 */
+KVQ_HD uint32_t vword2_off(int g, int qq) { return (uint32_t)(64 * qq + 4 * g + 32 * (qq >> 1)); }
 
 /* One LUT stage of W bits at head dim DD: the lane's code bytes of its 4 tokens (4-bit: DD/16
  * bytes at g DD/16 of the DD/2; 2-bit: DD/32 bytes at g DD/32 of the DD/4; 1-bit: d = 128). */
@@ -231,6 +263,15 @@ KVQ_UNROLL
                 for (int j = 0; j < NWD; j++) interleave<2>(x[2 * pr][j], x[2 * pr + 1][j]);
         }
     }
+    /* load() of 2-bit codes at d = 128 from the lane's offset v0 = vword2_off(g, qq) (the
+     * wide kernel: one lane constant, the four words at v0, v0 ^ 32, and 256 bytes on) */
+    KVQ_HD void load2x(const uint8_t *f, uint32_t v0) {
+        static_assert(W == 2 && DD == 128, "the byte table: 2-bit stages at d = 128");
+        const uint32_t v1 = v0 ^ 32u;
+        x[0][0] = ld32(f + v0), x[1][0] = ld32(f + v1), x[2][0] = ld32(f + v0 + 256), x[3][0] = ld32(f + v1 + 256);
+        interleave<2>(x[0][0], x[1][0]);
+        interleave<2>(x[2][0], x[3][0]);
+    }
     KVQ_HD void decode(const uint8_t *L, int lane4, int mt, uint32_t a[4]) const {
         if constexpr (W == 4) {
             /* a0 = (row g: low nibbles; k0, k1), a1 = (row g + 8: high; k0, k1), a2, a3: k2, k3 */
@@ -255,22 +296,25 @@ KVQ_UNROLL
             vpack(a, u[0], u[1], u[2], u[3]);
         }
     }
-    /* 2-bit at d = 128 from the byte table (LUT_W2X): byte (mt & 7) / 2 of word mt / 8 holds
-     * m-tiles mt (low nibble) and mt + 1 (high) of the interleaved pair: one lookup address for
-     * two m-tiles (the caller decodes m-tiles in order, so the address of an odd mt is the even
-     * one's, computed again: the compiler merges the two), one 4-byte load each */
-    KVQ_HD void decode2x(const uint8_t *L, uint32_t lane4, int mt, uint32_t a[4]) const {
+    /* 2-bit at d = 128 from the byte table (LUT_W2X): byte mt / 2 of the interleaved words
+     * x[mt & 1] (tokens k0, k1) and x[2 + (mt & 1)] (k2, k3), whose nibbles are rows g and g + 8
+     * of m-tile mt (vcoord2x): one lookup (lut2x, 8 bytes) is (a0, a1), another (a2, a3), the
+     * registers the MMA reads as they are; lane8 = 8 * lane */
+    KVQ_HD void decode2x(const uint8_t *L, uint32_t lane8, int mt, uint32_t a[4]) const {
         static_assert(W == 2 && DD == 128, "the byte table: 2-bit stages at d = 128");
-KVQ_UNROLL
-        for (int i = 0; i < 4; i++) {
-            const uint32_t w = x[i][mt >> 3];
-            const int b = (mt & 7) >> 1;
-            const uint2 e = b == 0 ? lut2x<0>(L, w, lane4) : b == 1 ? lut2x<1>(L, w, lane4)
-                          : b == 2 ? lut2x<2>(L, w, lane4) : lut2x<3>(L, w, lane4);
-            a[i] = (mt & 1) ? e.y : e.x;
-        }
+        const uint32_t w0 = x[mt & 1][0], w1 = x[2 + (mt & 1)][0];
+        const int b = mt >> 1;
+        const uint2 e = b == 0 ? lut2x<0>(L, w0, lane8) : b == 1 ? lut2x<1>(L, w0, lane8)
+                      : b == 2 ? lut2x<2>(L, w0, lane8) : lut2x<3>(L, w0, lane8);
+        const uint2 o = b == 0 ? lut2x<0>(L, w1, lane8) : b == 1 ? lut2x<1>(L, w1, lane8)
+                      : b == 2 ? lut2x<2>(L, w1, lane8) : lut2x<3>(L, w1, lane8);
+        a[0] = e.x, a[1] = e.y, a[2] = o.x, a[3] = o.y;
     }
 };
+/* The V map of decode2x (d = 128): byte b = mt / 2 of x[j] (j = mt & 1) holds fields 4b + j (low
+ * nibble: row g) and 4b + 2 + j (high: row g + 8) of the lane's word, byte 4g + b of the 2-bit
+ * strided codes, slots j and 2 + j: coordinates 4g + b + 32 (j + 2 rh) */
+KVQ_HD int vcoord2x(int g, int mt, int rh) { return 4 * g + (mt >> 1) + 32 * ((mt & 1) + 2 * rh); }
 template <int W, int DD = 128> KVQ_HD int vcoord_w(int g, int mt, int rh) {
     return W == 4 ? (DD / 16) * g + mt + (DD / 2) * rh
          : W == 2 ? (DD / 32) * g + mt / 2 + (DD / 4) * (2 * (mt % 2) + rh)

@@ -3,7 +3,7 @@
  * every head dim D of the backend (32, 64, 96, 128, 256) and every record
  * the encoder writes (f16, q8, tq-mse:1..8, rvq, tq-prod, qjl, tcq:1..4, f16
  * or f32 scales), for the pairs the tensor-core kernels (attn_kernel.cuh,
- * attn_kernel_w4.cuh) do not serve. Scores and values in f32 (no f16
+ * attn_kernel_wide.cuh) do not serve. Scores and values in f32 (no f16
  * rounding of the query, the codes or the probabilities).
  *
  * Same work items, grid, split-K chunks and partial states as the classic

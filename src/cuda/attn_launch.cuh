@@ -1,6 +1,6 @@
 /*
  * Launch template of the main pass: the kernel of a (K, V) pair (the
- * wide-table kernel for tq-mse:4/4 with one table, else the classic one),
+ * wide-table kernel for tq-mse:4/4 and tq-mse:2/2 with one table, else the classic one),
  * its grid (x = chunk, y = KV head x query group, z = sequence), block and
  * shared memory, programmatic dependent launches, and the split-K rule that
  * sizes the chunks. The per-format files attn_k_*.cu instantiate it through
@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "attn_kernel.cuh"
-#include "attn_kernel_w4.cuh"
+#include "attn_kernel_wide.cuh"
 #include "attn_tcq.cuh"
 #include "attn_tq3.cuh"
 #include "attn_tq5.cuh"
@@ -62,15 +62,14 @@ template <class KF, class VF>
 int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out, int *occ_out) {
     typedef Traits<KF, VF> C;
     constexpr bool W4 = std::is_same<KF, KTQ<4>>::value && std::is_same<VF, VTQ<4>>::value;
-    const bool wide = W4 && p.wide; /* one 4-bit table for K and V */
+    constexpr bool W2 = std::is_same<KF, KTQ<2>>::value && std::is_same<VF, VTQ<2>>::value;
+    const bool wide = (W4 && p.wide) || (W2 && p.wide2); /* one table for K and V */
     void (*k)(AttnParams) = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
     int nw = C::NW, smem = p.lut_bytes + C::SMEM;
     if constexpr (W4)
-        if (wide) k = attn_kernel_w4<0>, nw = WTraits::NW, smem = WTraits::SMEM;
-    if constexpr (std::is_same<KF, KTQ<2>>::value && std::is_same<VF, VTQ<2>>::value) {
-        static_assert(Traits<KTQ2X, VTQ2X>::SMEM == C::SMEM && Traits<KTQ2X, VTQ2X>::NW == C::NW, "same tiles");
-        if (p.wide2) k = attn_kernel<KTQ2X, VTQ2X, C::NW, C::STAGES, false>;
-    }
+        if (wide) k = attn_kernel_wide<4>, nw = WTraits<4>::NW, smem = WTraits<4>::SMEM;
+    if constexpr (W2)
+        if (wide) k = attn_kernel_wide<2>, nw = WTraits<2>::NW, smem = WTraits<2>::SMEM;
     if (nw_out) *nw_out = nw;
     if (smem_out) *smem_out = smem;
     if (!do_launch) return configure(k, nw * 32, smem, occ_out);
@@ -78,8 +77,8 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
 }
 
 /* Most tiles per warp of a chunk: a lane holds the page of each of its warp's tiles (the wide
- * kernel: two per lane). */
-inline int max_tiles_per_warp(bool wide) { return wide ? WTraits::TPW : 32; }
+ * kernels: two per lane). */
+inline int max_tiles_per_warp(bool wide) { return wide ? WTraits<4>::TPW : 32; }
 
 /* Split-K of the tensor-core kernels: attn_split.h (the cost model, measured). */
 inline int chunk_tiles(int tiles, long long items, int sms, int nw, bool wide) {

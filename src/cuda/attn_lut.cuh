@@ -4,11 +4,11 @@
  *   4-bit: a byte -> (c[lo nibble], c[hi nibble]), replicated per lane (lane l
  *          reads column l: conflict-free); rows of 128 bytes (classic kernel:
  *          address = byte * 128 + 4l, PRMT + IMAD) or 256 bytes (the wide
- *          table of attn_kernel_w4: address = one PRMT, byte << 8 | 4l);
+ *          table of attn_kernel_wide: address = one PRMT, byte << 8 | 4l);
  *   2-bit: a nibble -> (c[n & 3], c[n >> 2]); or, for tq-mse:2 K and V sharing one
  *          table at d = 128 (LUT_W2X), a byte -> both nibbles' pairs replicated per lane
- *          in rows of 256 bytes (64 KiB): the low nibble's pair at byte << 8 | 4l, the
- *          high nibble's 128 bytes further (address = one PRMT; both loads conflict-free);
+ *          in rows of 256 bytes (64 KiB): lane l's (low pair, high pair) at byte << 8 | 8l
+ *          (address = one PRMT, one conflict-free 8-byte load);
  *   3-bit: a 6-bit index of two codes (attn_tq3.cuh: la | lb << 2 | ha << 4 | hb << 5, code =
  *          low 2 bits | high bit << 2) -> (c[code a], c[code b]), replicated per lane in rows
  *          of 256 bytes (lane l at index * 256 + 4l: the index byte to bits 8..15 and 4l to bits
@@ -57,30 +57,30 @@ template <int B> __device__ __forceinline__ uint32_t lut4x(const uint8_t *lut, u
     return *(const uint32_t *)(lut + a);
 }
 /* byte B of w looked up in the 2-bit byte table (LUT_W2X, at the start of shared memory): the
- * pair of its low nibble for lane l at byte * 256 + 4l, that of its high nibble at
- * byte * 256 + 128 + 4l; lane4 = 4l. On the device the address is one PRMT (byte B of w to bits
- * 8..15, lane4 to bits 0..7), the second load's +128 an immediate offset. The 32 lanes of a load
- * hit 32 distinct banks (bank l): one wavefront. (The first layout, both pairs side by side at
- * byte * 256 + 8l, put lanes l and l + 16 in one bank: two wavefronts a load, so the 2-bit kernel
- * was bound by the shared-memory pipe; docs/RESULTS.md, the session-12 profile.) */
-template <int B> KVQ_HD uint2 lut2x(const uint8_t *lut, uint32_t w, uint32_t lane4) {
+ * pairs of its low and high nibbles for lane l side by side at byte * 256 + 8l; lane8 = 8l. The
+ * address is one PRMT (byte B of w to bits 8..15, lane8 to bits 0..7) and both pairs one 8-byte
+ * load: 2 instructions a byte. A half warp's 16 lanes read 128 contiguous bytes of their rows'
+ * banks (bank 2l mod 32, 2l + 1): the load's two wavefronts, no conflict. (Session 12's layout had
+ * the pairs side by side read by two 4-byte loads: lanes l and l + 16 in one bank, two wavefronts
+ * a load, the kernel bound by the shared-memory pipe; session 13's put the high pair 128 bytes on,
+ * conflict-free but 3 instructions a byte; docs/RESULTS.md.) */
+template <int B> KVQ_HD uint2 lut2x(const uint8_t *lut, uint32_t w, uint32_t lane8) {
 #ifdef __CUDA_ARCH__
     uint32_t a;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane4), "n"(0x5504 | (B << 4)));
-    return make_uint2(*(const uint32_t *)(lut + a), *(const uint32_t *)(lut + a + 128));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(w), "r"(lane8), "n"(0x5504 | (B << 4)));
+    return *(const uint2 *)(lut + a);
 #else
-    const uint32_t a = (((w >> (8 * B)) & 0xffu) << 8) | lane4;
-    return make_uint2(ld32(lut + a), ld32(lut + a + 128));
+    const uint32_t a = (((w >> (8 * B)) & 0xffu) << 8) | lane8;
+    return ld64(lut + a);
 #endif
 }
-/* The 2-bit byte table of centroids c (4 entries): 4096 16-byte stores (four lanes' copies of a
- * pair each; row byte: 8 stores of the low nibble's pair, then 8 of the high's), the block's
- * nthreads threads striding over them. */
+/* The 2-bit byte table of centroids c (4 entries): 4096 16-byte stores (two lanes' copies of a
+ * byte's (low pair, high pair) each; 16 a row), the block's nthreads threads striding over them. */
 __device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nthreads) {
     for (int e = threadIdx.x; e < 256 * 16; e += nthreads) {
-        const int byte = e >> 4, n = (e & 8) ? byte >> 4 : byte & 15;
-        const uint32_t v = pack2(c[n & 3], c[n >> 2]);
-        *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(v, v, v, v);
+        const int byte = e >> 4, lo = byte & 15, hi = byte >> 4;
+        const uint32_t a = pack2(c[lo & 3], c[lo >> 2]), b = pack2(c[hi & 3], c[hi >> 2]);
+        *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(a, b, a, b);
     }
 }
 /* byte B of w (a 6-bit index) looked up in the 3-bit table T (LUT3_K or LUT3_V from the LUT region's

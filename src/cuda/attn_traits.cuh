@@ -58,12 +58,18 @@ template <int W, int DD = 128> struct KTQ {
     KVQ_HD static float2 kscale(const uint8_t *t, int, int t0, const AttnParams &) { return scale_pair(t, t0); }
     KVQ_HD static float kscale1(const uint8_t *t, int, int tok, const AttnParams &) { return scale_one(t, tok); }
 };
-/* tq-mse:2 at d = 128 read through the 2-bit byte table (LUT_W2X at offset 0 of the LUT region,
- * K and V sharing it): the fields, maps and scales of KTQ<2>, 8-byte lookups of whole bytes */
+/* tq-mse:2 at d = 128 read through the 2-bit byte table (LUT_W2X at offset 0 of shared memory,
+ * K and V sharing it; the wide kernel attn_kernel_wide<2>): the fields, maps and scales of KTQ<2>,
+ * 8-byte lookups of whole bytes */
 struct KTQ2X : KTQ<2> {
     KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &, int r, int qq, int lane4,
                               uint32_t kb[D / 8]) {
-        kdec2x(t + 16 * 2, lut, r, qq, (uint32_t)lane4, kb);
+        kdec2x(t + 16 * 2, lut, r, qq, 2u * (uint32_t)lane4, kb);
+    }
+    /* tokens r and r + 8 at once (the wide kernel): kdec2x's registers of both */
+    KVQ_HD static void decode_pair(const uint8_t *t, const uint8_t *lut, int r, int qq, uint32_t lane8, uint32_t kb0[16],
+                                   uint32_t kb1[16]) {
+        kdec2x_pair(t + 16 * 2, lut, r, qq, lane8, kb0, kb1);
     }
 };
 /* rvq:W: two tq stages on the same rotated query */
@@ -205,9 +211,13 @@ template <int W, int DD = 128> struct VTQ {
 };
 /* tq-mse:2 V at d = 128 through the byte table (KTQ2X) */
 struct VTQ2X : VTQ<2> {
+    KVQ_HD static int vcoord(int g, int mt, int rh) { return vcoord2x(g, mt, rh); }
+    KVQ_HD static void load(const uint8_t *t, int g, int qq, const bool (*)[2], Regs &r) {
+        r.st.load2x(t + 16 * 2, vword2_off(g, qq));
+    }
     KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &, int lane4, int mt,
                               uint32_t a[4]) {
-        r.st.decode2x(lut, (uint32_t)lane4, mt, a);
+        r.st.decode2x(lut, 2u * (uint32_t)lane4, mt, a);
     }
 };
 template <int W> struct VRVQ {
@@ -249,14 +259,15 @@ template <class KF, class VF> struct Traits {
     static constexpr int SMEM = STAGE_BYTES > MERGE_BYTES ? STAGE_BYTES : MERGE_BYTES; /* after the LUTs */
 };
 
-/* The wide-table kernel (tq-mse:4 K and V, one table): the 64 KiB table of 256-byte rows
- * (attn_lut.cuh), whose rows' second halves hold the stages' V codes (stage slot (warp,
- * stage): 8 half rows), then per warp and stage OUT bytes: K scales, K codes (at KC), V
- * scales (at VS). Up to TPW tiles per warp of a chunk (32 per page register of a lane). */
-struct WTraits {
+/* The wide-table kernels (attn_kernel_wide.cuh; tq-mse:W K and V sharing one table, W = 4 or 2):
+ * the 64 KiB table of 256-byte rows (attn_lut.cuh), then per warp and stage OUT bytes: K scales
+ * (at 0), K codes (at KC), V scales (at VS), and for W = 2 the V codes (at VC; the classic kernel's
+ * tile of tq-mse:2/2). W = 4: the table rows' second halves hold the stages' V codes (stage slot
+ * (warp, stage): 8 half rows). Up to TPW tiles per warp of a chunk (32 per page register of a lane). */
+template <int W> struct WTraits {
     static constexpr int NW = 8, STAGES = 4, TPW = 64;
-    static constexpr int KC = 32, VS = 16 * (2 + D / 2);
-    static constexpr int OUT = 16 * (2 + D / 2 + 2);
+    static constexpr int KC = 32, VS = 16 * (2 + D * W / 8), VC = VS + 32;
+    static constexpr int OUT = W == 4 ? VS + 32 : VC + 16 * (D * W / 8);
     static constexpr int SMEM = WLUT + NW * STAGES * OUT;
 };
 /* The generic kernel (attn_kernel_gen.cuh): tiles of GT tokens, GNT threads; its shared memory
@@ -267,10 +278,13 @@ KVQ_HD int gen_smem_floats(int d, int klen) {
     const int buf = GT * (klen + 1 > d ? klen + 1 : d);
     return QPB * klen + buf + QPB * GT + QPB + 4 * 256;
 }
-static_assert(WTraits::NW * WTraits::STAGES * 8 <= 256, "V code slots: 8 half rows each");
-static_assert(WTraits::TPW == 64, "two page registers per lane");
-static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits::NW * WTraits::STAGES * WTraits::OUT,
-              "the wide kernel's block merge fits its stage region");
+static_assert(WTraits<4>::NW * WTraits<4>::STAGES * 8 <= 256, "V code slots: 8 half rows each");
+static_assert(WTraits<4>::TPW == 64 && WTraits<2>::TPW == 64, "two page registers per lane");
+static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits<4>::NW * WTraits<4>::STAGES * WTraits<4>::OUT &&
+                  Traits<KTQ<2>, VTQ<2>>::MERGE_BYTES <= WTraits<2>::NW * WTraits<2>::STAGES * WTraits<2>::OUT,
+              "the wide kernels' block merge fits their stage region");
+static_assert(WTraits<2>::OUT == Traits<KTQ2X, VTQ2X>::TILE && WTraits<2>::VS == 16 * KTQ2X::BYTES,
+              "W = 2: the classic kernel's tile of tq-mse:2/2");
 
 } /* namespace kvqa */
 

@@ -161,9 +161,9 @@ static void host_lut(uint8_t *lut, int off, int w, const float *c) {
         for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
     } else if (w == 3) { /* index i, lane l at i * 256 + 4l */
         for (int e = 0; e < 64 * 32; e++) dst[(e >> 5) * (WROW / 4) + (e & 31)] = lut3_entry(c, e >> 5);
-    } else if (w == LUT_W2X) { /* byte b, lane l: its low nibble's pair at b * 256 + 4l, its high's at + 128 */
+    } else if (w == LUT_W2X) { /* byte b, lane l: its low nibble's pair at b * 256 + 8l, its high's at + 4 */
         for (int e = 0; e < 256 * 64; e++) {
-            const int b = e >> 6, n = (e & 32) ? b >> 4 : b & 15;
+            const int b = e >> 6, n = (e & 1) ? b >> 4 : b & 15;
             dst[e] = pack2(c[n & 3], c[n >> 2]);
         }
     } else {
@@ -265,6 +265,18 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0, boo
                                     tok, st, reg, hh, c, got, want);
                     }
             }
+        }
+        /* the wide kernel's decoder of tokens g and g + 8 at once (the 2-bit byte table): the
+         * registers of decode on each */
+        if constexpr (std::is_same<KF, KTQ2X>::value) {
+            uint32_t kb0[16], kb1[16], w0[16], w1[16];
+            KF::decode_pair(tile.data(), lut.data(), g, qq, 8u * lane, kb0, kb1);
+            KF::decode(tile.data(), 0, lut.data(), p, g, qq, lane * 4, w0);
+            KF::decode(tile.data(), 0, lut.data(), p, g + 8, qq, lane * 4, w1);
+            for (int reg = 0; reg < 16; reg++)
+                if ((kb0[reg] != w0[reg] || kb1[reg] != w1[reg]) && bad++ < 5)
+                    fprintf(stderr, "  %s K pair lane %d reg %d: %08x %08x want %08x %08x\n", spec, lane, reg, kb0[reg],
+                            kb1[reg], w0[reg], w1[reg]);
         }
         /* per-token scales after the MMA */
         for (int st = 0; st < KF::NSTAGE; st++) {
@@ -1377,8 +1389,8 @@ static void test_attention(bool quick) {
         AttnCase bigf = {"f16", "f16", 8, 32, 256, 0, {20000}, {}};
         run_attn_case(bigf, seed++, true);
     }
-    /* chunks of 64 tiles per warp (the wide-table kernel's second page register), and of 32
-     * for a classic kernel, forced: the rule picks them only for large batches */
+    /* chunks of 64 tiles per warp (the wide-table kernels' second page register: tq-mse:4/4 and,
+     * since session 15, tq-mse:2/2), and of 32, forced: the rule picks them only for large batches */
     /* two 4-bit tables: the classic kernel (one table: the wide-table kernel); own seeds, so
      * that the cases above keep theirs */
     AttnCase gauss = {"tq-mse:4", "tq-mse:4+cb=gauss", 2, 16, 64, 32, lens, wl};
@@ -1387,8 +1399,10 @@ static void test_attention(bool quick) {
     run_attn_case(c64, 9001, true);
     AttnCase c32 = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 4100}, {}, 256};
     run_attn_case(c32, 9002, true);
+    AttnCase c64b = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512};
+    run_attn_case(c64b, 9007, true);
     /* two 2-bit tables: the classic kernel's nibble tables (one table, as in the cases above: the
-     * 2-bit byte table, KTQ2X / VTQ2X) */
+     * wide kernel on the 2-bit byte table, attn_kernel_wide<2>) */
     AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
     run_attn_case(gauss2, 9003, true);
     /* the merge's chunk slices and block reductions (attn.cu, merge_q_kernel): many short chunks
