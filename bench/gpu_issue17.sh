@@ -52,10 +52,11 @@
 #        pair with its sink, tq-mse:5/tq-mse:4 and tq-mse:4/4 with and without the sink (the window pass before
 #        the main pass) at 1 x 32K, 16 x 32K, 1 x 128K; then test_cuda --quick beside the PyTorch tests, in
 #        what is left of LIMIT seconds (default 585).
-# s15:   (session 15, the wide kernel for tq-mse:2/2) base (cuda_attn) and new (test_cuda, cuda_attn) built in
-#        parallel; base vs new interleaved for tq-mse:2/2 and tq-mse:4/4 (every shape, REPS rounds, default 2),
-#        tq-mse:4/2 and q8 on new, bench/torch_sdpa.py, Nsight Compute of the new tq-mse:2/2 and tq-mse:4/4
-#        main kernels at 16 x 32K, then test_cuda --quick in what is left of LIMIT seconds (default 560).
+# s15:   (session 15, the wide kernels for tq-mse:2/2 and 4/2) base (cuda_attn) and new (test_cuda, cuda_attn) built
+#        in parallel; base vs new interleaved for POLS_AB (default tq-mse:2/2 and tq-mse:4/4; every shape, REPS rounds,
+#        default 2), POLS_NEW on new (tq-mse:4/2 q8), bench/torch_sdpa.py, Nsight Compute of the new main kernels
+#        of POLS_PROF (tq-mse:2/2 tq-mse:4/4) at 16 x 32K, then test_cuda --quick in what is left of LIMIT seconds
+#        (default 560).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -439,20 +440,20 @@ if [ "$MODE" = s15 ]; then
     [ -x /tmp/b/test_cuda ] && [ -x /tmp/b/cuda_attn ] && [ -x /tmp/bb/cuda_attn ] || { echo "build failed"; exit 1; }
     echo "build: $(( $(date +%s) - t0 )) s"
     for r in $(seq "${REPS:-2}"); do
-        for pol in tq-mse:2/2 tq-mse:4/4; do
+        for pol in ${POLS_AB:-tq-mse:2/2 tq-mse:4/4}; do
             for v in base new; do
                 b=/tmp/b; [ $v = base ] && b=/tmp/bb
                 timeout 60 $b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|rror" | sed "s/^/$v /" >> "$OUT/ab.log"
             done
         done
     done
-    for pol in tq-mse:4/2 q8; do
+    for pol in ${POLS_NEW:-tq-mse:4/2 q8}; do
         timeout 60 /tmp/b/cuda_attn --no-encode --policy "$pol" --runs 30 2>&1 | grep -E "B=|rror" | sed "s/^/new /" >> "$OUT/ab.log"
     done
     timeout 120 python3 bench/torch_sdpa.py --runs 30 > "$OUT/torch_sdpa.txt" 2>&1
     echo "bench: $(( $(date +%s) - t0 )) s"
     PROF_OUT=$OUT
-    for pol in tq-mse:2/2 tq-mse:4/4; do
+    for pol in ${POLS_PROF:-tq-mse:2/2 tq-mse:4/4}; do
         n=$(echo "$pol" | tr -d ':/-' | sed 's/tqmse/tq/')
         mkdir -p /tmp/x/$n && timeout 90 bash bench/profile_cuda.sh /tmp/b /tmp/x/$n "$pol" > /tmp/x/$n/sum.txt 2>&1
         cp /tmp/x/$n/ncu.txt "$OUT/ncu_$n.txt"

@@ -1,7 +1,7 @@
 /*
- * The wide-table kernels: tq-mse:4 or tq-mse:2 keys and values sharing one
- * codebook at d = 128 (docs/CUDA.md), W = 4 or 2.
- *   W = 4: the 4-bit table has rows of 256 bytes (byte b at b * 256, the
+ * The wide-table kernels: tq-mse:KW keys and tq-mse:VW values at d = 128
+ * (docs/CUDA.md): 4/4 and 2/2 with one codebook, 4/2.
+ *   4/4: the 4-bit table has rows of 256 bytes (byte b at b * 256, the
  *   lanes' copies in the first 128 bytes), so that a lookup's shared address
  *   is one PRMT: (byte << 8) | 4 * lane, the table's base an immediate /
  *   uniform register of the LDS (2 instructions per lookup instead of 3). The
@@ -10,21 +10,26 @@
  *   rotated by 32 * (j % 4) bytes (no bank conflict in the V-side reads: a
  *   half warp reads 16 distinct 8-byte words). K codes are stored linearly
  *   (conflict-free as they are), with the K and V scales, in the stage region
- *   after the table (WTraits<4>).
- *   W = 2: the 2-bit byte table (64 KiB, attn_lut.cuh lut2x: a byte -> its
- *   two nibbles' centroid pairs, one PRMT and one 8-byte load); the stages
- *   after it hold the classic kernel's tile of tq-mse:2/2 (fields swizzled as
+ *   after the table (WTraits<4, 4>).
+ *   2/2: the 2-bit byte table (64 KiB, attn_lut.cuh lut2x: a byte -> its two
+ *   nibbles' centroid pairs, one PRMT and one 8-byte load); the stages after
+ *   it hold the classic kernel's tile of tq-mse:2/2 (fields swizzled as
  *   there, attn_tile.cuh: K scales, K codes, V scales, V codes), read by the
  *   byte table's decoders (KTQ2X::decode_pair: tokens g and g + 8 at once;
  *   VStage<2>::decode2x), whose 8-byte lookups are the MMA's register pairs.
+ *   4/2: K as 4/4 (the 4-bit table in the rows' first halves), V as 2/2 from
+ *   a 2-bit byte table of 16 lanes' copies in the rows' second halves (an
+ *   8-byte load is served per half warp: lanes l and l + 16 may share a
+ *   column), the V codes staged after the K codes; 3 stages (4 would not
+ *   let 2 blocks fit an SM).
  * A tile is fetched by cp.async at per-lane constant offsets, one 64-bit
- * base per field (W = 4: 5 per lane, K codes 2, V codes 2 into the holes,
- * lanes 0..3 the scales; W = 2: 3; ~50 instructions per tile instead of the
- * classic kernel's ~85); tokens past the end are copied too (their scores
- * are masked, their V weights 0; the page holds them). Query columns >= G
- * are not masked (their query is 0, so are their scores; the merge never
- * reads them) and the running max starts finite (OnlineSoftmax<true>). The
- * table is built while the prep kernel ends (a programmatic dependent).
+ * base per field (4/4: 5 per lane, K codes 2, V codes 2 into the holes,
+ * lanes 0..3 the scales; 2/2: 3; 4/2: 4; ~50 instructions per tile instead
+ * of the classic kernel's ~85); tokens past the end are copied too (their
+ * scores are masked, their V weights 0; the page holds them). Query columns
+ * >= G are not masked (their query is 0, so are their scores; the merge
+ * never reads them) and the running max starts finite (OnlineSoftmax<true>).
+ * The tables are built while the prep kernel ends (a programmatic dependent).
  */
 #ifndef KVQ_ATTN_KERNEL_WIDE_CUH
 #define KVQ_ATTN_KERNEL_WIDE_CUH
@@ -35,11 +40,13 @@
 
 namespace kvqa {
 
-template <int W> /* a template: defined in the K format's translation unit */
-__global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const AttnParams p) {
-    static_assert(W == 4 || W == 2, "the wide kernels: tq-mse:4/4 and tq-mse:2/2");
-    typedef WTraits<W> T;
-    constexpr int NW = T::NW, STAGES = T::STAGES, OUT = T::OUT, CB = D * W / 8; /* code bytes a token */
+template <int KW, int VW> /* a template: defined in the K format's translation unit */
+__global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(const AttnParams p) {
+    static_assert((KW == 4 && (VW == 4 || VW == 2)) || (KW == 2 && VW == 2), "the wide kernels: 4/4, 2/2, 4/2");
+    typedef WTraits<KW, VW> T;
+    constexpr int NW = T::NW, STAGES = T::STAGES, OUT = T::OUT;
+    constexpr int CBK = D * KW / 8, CBV = D * VW / 8; /* code bytes a token */
+    constexpr bool HOLES = T::HOLES; /* 4/4: the V codes in the table rows' second halves */
     extern __shared__ uint4 smem_u4[];
     uint8_t *smem = (uint8_t *)smem_u4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3;
@@ -50,15 +57,18 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
     const int t_begin = it.chunk * p.chunk_tiles, t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
     if (t_begin >= t_end) return;
 
-    /* the table (overlapping the prep kernel), then the prepared queries */
-    if constexpr (W == 4) build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
+    /* the tables (overlapping the prep kernel), then the prepared queries: 4/2 has K's 4-bit
+     * table in the rows' first halves and V's 2-bit byte table (16 lanes' copies) in their
+     * second halves (p.lut[0], p.lut[1]) */
+    if constexpr (KW == 4) build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
     else build_lut2x(smem, p.lut[0].c, NW * 32);
+    if constexpr (KW == 4 && VW == 2) build_lut2h(smem + 128, p.lut[1].c, NW * 32);
     pdl_wait();
     uint32_t qa[D / 16][2];
     const int qi = h * p.G + it.qgrp * QPB + g;
-    load_query<KTQ<W>>(qa, p.qprep + ((size_t)s * p.HQ + qi) * p.qf, g < it.GQ, qq, 0);
-    uint8_t *outs = smem + WLUT + warp * STAGES * OUT; /* this warp's stages (W = 4: K codes and scales) */
-    const uint32_t holes = 128u + (uint32_t)(warp * STAGES * 8) * WROW; /* W = 4: its V code slots (offsets) */
+    load_query<KTQ<KW>>(qa, p.qprep + ((size_t)s * p.HQ + qi) * p.qf, g < it.GQ, qq, 0);
+    uint8_t *outs = smem + WLUT + warp * STAGES * OUT; /* this warp's stages (4/4: K codes and scales) */
+    const uint32_t holes = 128u + (uint32_t)(warp * STAGES * 8) * WROW; /* 4/4: its V code slots (offsets) */
     __syncthreads(); /* table ready */
 
     const int my_n = warp_tiles(t_begin, t_end, warp, NW);
@@ -79,11 +89,11 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
     /* cp.async only, per-lane constant offsets, one 64-bit base per field: the 16 tokens' codes
      * of a field are 16 * CB contiguous bytes of the page, lane l copies bytes 16l (+ 512) */
     const uint32_t sbase = smem_addr(smem), obase = smem_addr(outs);
-    /* W = 2: chunk l (token l / 2) swizzled as the classic tile's 32-byte fields (faddr<32>) */
+    /* 2-bit fields: chunk l (token l / 2) swizzled as the classic tile's 32-byte fields (faddr<32>) */
     const uint32_t c2 = 16u * (uint32_t)(lane ^ ((lane >> 2) & 2));
-    const uint32_t dk = obase + T::KC + (W == 4 ? 16 * lane : c2);
-    const uint32_t dv = W == 4 ? sbase + holes + (lane >> 3) * WROW + (((lane & 7) * 16 + 32 * ((lane >> 3) & 3)) & 127)
-                               : obase + T::VC + c2;
+    const uint32_t dk = obase + T::KC + (KW == 4 ? 16 * lane : c2);
+    const uint32_t dv = HOLES ? sbase + holes + (lane >> 3) * WROW + (((lane & 7) * 16 + 32 * ((lane >> 3) & 3)) & 127)
+                              : obase + T::VC + c2;
     const uint32_t ds = obase + (lane < 2 ? 16 * lane : T::VS + 16 * (lane & 1));
     const uint32_t ksrc = kfield + 2 * p.P + 16 * lane, vsrc = vfield + 2 * p.P + 16 * lane;
     const uint32_t ssrc = (lane < 2 ? kfield : vfield) + 16 * (lane & 1);
@@ -95,13 +105,13 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
             const int ms0 = hi ? my_slot1 : my_slot0;
             const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)mp0, i & 31);
             const int slot0 = __shfl_sync(KVQ_FULL_MASK, ms0, i & 31);
-            const uint8_t *kc = pg + (ksrc + slot0 * CB), *vc = pg + (vsrc + slot0 * CB);
-            const uint32_t ok = st * OUT, ov = W == 4 ? st * (8 * WROW) : ok;
+            const uint8_t *kc = pg + (ksrc + slot0 * CBK), *vc = pg + (vsrc + slot0 * CBV);
+            const uint32_t ok = st * OUT, ov = HOLES ? st * (8 * WROW) : ok;
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok), "l"(kc) : "memory");
-            if constexpr (W == 4)
+            if constexpr (KW == 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok + 512), "l"(kc + 512) : "memory");
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov), "l"(vc) : "memory");
-            if constexpr (W == 4)
+            if constexpr (VW == 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov + 4 * WROW), "l"(vc + 512)
                              : "memory");
             if (lane < 4)
@@ -116,10 +126,11 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
     for (int mt = 0; mt < D / 16; mt++) O[mt][0] = O[mt][1] = O[mt][2] = O[mt][3] = 0.f;
     OnlineSoftmax<true> sm;
     int rem = len - 16 * (t_begin + warp); /* tokens from this warp's next tile on */
-    /* W = 4: the V-side words of this lane (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9; group g) */
+    /* 4/4: the V-side words of this lane (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9; group g) */
     const uint32_t vu = (uint32_t)((8 * g + 32 * qq) & 127);
     const uint32_t va = holes + qq * WROW + vu, vb = holes + qq * WROW + (vu ^ 64u);
-    const uint32_t lane8 = 2 * lane4, v2off = T::VC + vword2_off(g, qq); /* W = 2: the byte table's column, V words */
+    /* 2-bit sides: the byte table's column (K), the V words */
+    const uint32_t lane8 = 2 * lane4, v2off = T::VC + vword2_off(g, qq);
 
 #pragma unroll 1
     for (int i = 0; i < STAGES - 1; i++) issue(i);
@@ -135,7 +146,7 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
         float sc[4];
         {
             uint32_t kb0[16], kb1[16];
-            if constexpr (W == 4) {
+            if constexpr (KW == 4) {
                 const uint4 v0 = ld128(tk + T::KC + g * (D / 2) + qq * 16);
                 const uint4 v1 = ld128(tk + T::KC + (g + 8) * (D / 2) + qq * 16);
                 const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
@@ -171,7 +182,7 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
                 b1 = kvq_movmatrix_t(pack2(pr[2] * w1, pr[3] * w1));
             };
             uint32_t b0, b1;
-            if constexpr (W == 4) {
+            if constexpr (HOLES) {
                 /* V codes of the lane's tokens (k0, k1 | k2, k3), nibbles of a pair interleaved */
                 const uint8_t *hv = smem + st * 8 * WROW;
                 uint32_t x[4][2];
@@ -197,13 +208,14 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
                 }
             } else {
                 /* the classic tile's V field (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9 of group g; VTQ2X's map) */
-                VStage<2> vs;
-                vs.load2x(tk, v2off);
+                typedef typename std::conditional<KW == 2, VTQ2X, VTQ2H>::type VF2; /* its table */
+                typename VF2::Regs vr;
+                vr.st.load2x(tk, v2off);
                 pfrag(b0, b1);
 #pragma unroll
                 for (int mt = 0; mt < D / 16; mt++) {
                     uint32_t a[4];
-                    vs.decode2x(smem, lane8, mt, a);
+                    VF2::decode(vr, 0, smem, p, (int)lane4, mt, a);
                     kvq_mma16816(O[mt], a, b0, b1);
                 }
             }
@@ -211,7 +223,7 @@ __global__ void __launch_bounds__(WTraits<W>::NW * 32, 2) attn_kernel_wide(const
         __syncwarp();
         issue(i + STAGES - 1);
     }
-    block_merge<typename std::conditional<W == 4, VTQ<4>, VTQ2X>::type, NW>(smem + WLUT, p, it, false, sm, O, lane, warp);
+    block_merge<typename std::conditional<VW == 4, VTQ<4>, VTQ2X>::type, NW>(smem + WLUT, p, it, false, sm, O, lane, warp);
 }
 
 } /* namespace kvqa */

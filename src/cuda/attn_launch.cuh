@@ -1,6 +1,6 @@
 /*
  * Launch template of the main pass: the kernel of a (K, V) pair (the
- * wide-table kernel for tq-mse:4/4 and tq-mse:2/2 with one table, else the classic one),
+ * wide-table kernels for tq-mse:4/4 and 2/2 with one table and 4/2, else the classic one),
  * its grid (x = chunk, y = KV head x query group, z = sequence), block and
  * shared memory, programmatic dependent launches, and the split-K rule that
  * sizes the chunks. The per-format files attn_k_*.cu instantiate it through
@@ -61,15 +61,17 @@ typedef int (*launch_fn)(const AttnParams &p, int do_launch, cudaStream_t st, in
 template <class KF, class VF>
 int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int *smem_out, int *occ_out) {
     typedef Traits<KF, VF> C;
-    constexpr bool W4 = std::is_same<KF, KTQ<4>>::value && std::is_same<VF, VTQ<4>>::value;
-    constexpr bool W2 = std::is_same<KF, KTQ<2>>::value && std::is_same<VF, VTQ<2>>::value;
-    const bool wide = (W4 && p.wide) || (W2 && p.wide2); /* one table for K and V */
+    constexpr bool K4 = std::is_same<KF, KTQ<4>>::value, K2 = std::is_same<KF, KTQ<2>>::value;
+    constexpr bool V4 = std::is_same<VF, VTQ<4>>::value, V2 = std::is_same<VF, VTQ<2>>::value;
+    const bool wide = (K4 && V4 && p.wide) || (K2 && V2 && p.wide2) || (K4 && V2 && p.wide42); /* attn_kernel_wide */
     void (*k)(AttnParams) = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
     int nw = C::NW, smem = p.lut_bytes + C::SMEM;
-    if constexpr (W4)
-        if (wide) k = attn_kernel_wide<4>, nw = WTraits<4>::NW, smem = WTraits<4>::SMEM;
-    if constexpr (W2)
-        if (wide) k = attn_kernel_wide<2>, nw = WTraits<2>::NW, smem = WTraits<2>::SMEM;
+    if constexpr (K4 && V4)
+        if (wide) k = attn_kernel_wide<4, 4>, nw = WTraits<4, 4>::NW, smem = WTraits<4, 4>::SMEM;
+    if constexpr (K2 && V2)
+        if (wide) k = attn_kernel_wide<2, 2>, nw = WTraits<2, 2>::NW, smem = WTraits<2, 2>::SMEM;
+    if constexpr (K4 && V2)
+        if (wide) k = attn_kernel_wide<4, 2>, nw = WTraits<4, 2>::NW, smem = WTraits<4, 2>::SMEM;
     if (nw_out) *nw_out = nw;
     if (smem_out) *smem_out = smem;
     if (!do_launch) return configure(k, nw * 32, smem, occ_out);
@@ -78,7 +80,7 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
 
 /* Most tiles per warp of a chunk: a lane holds the page of each of its warp's tiles (the wide
  * kernels: two per lane). */
-inline int max_tiles_per_warp(bool wide) { return wide ? WTraits<4>::TPW : 32; }
+inline int max_tiles_per_warp(bool wide) { return wide ? WTraits<4, 4>::TPW : 32; }
 
 /* Split-K of the tensor-core kernels: attn_split.h (the cost model, measured). */
 inline int chunk_tiles(int tiles, long long items, int sms, int nw, bool wide) {

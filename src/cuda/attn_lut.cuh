@@ -28,6 +28,7 @@ constexpr int LUT4_BYTES = 256 * 32 * 4; /* 4-bit table, rows of 128 bytes */
 constexpr int WROW = 256;                /* bytes per row of the wide table */
 constexpr int WLUT = 256 * WROW;         /* 64 KiB */
 constexpr int LUT_W2X = 22;              /* LutDesc.w of the 2-bit byte table (WLUT bytes) */
+constexpr int LUT_W2H = 23;              /* the tests' name of the 2-bit byte table of 16 lanes' copies (build_lut2h) */
 constexpr int LUT3_BYTES = 64 * WROW;    /* the 3-bit tables: 64 rows of 256 bytes at offset 0 of the LUT region */
 constexpr int LUT3_K = 0, LUT3_V = 128;  /* K's and V's 3-bit table: the rows' first and second halves */
 
@@ -81,6 +82,17 @@ __device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nt
         const int byte = e >> 4, lo = byte & 15, hi = byte >> 4;
         const uint32_t a = pack2(c[lo & 3], c[lo >> 2]), b = pack2(c[hi & 3], c[hi >> 2]);
         *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(a, b, a, b);
+    }
+}
+/* The 2-bit byte table of centroids c with 16 lanes' copies (the wide 4/2 kernel, in the second
+ * halves of the 256-byte rows at dst = table + 128): byte b's pairs for lanes l and l + 16 at
+ * dst + b * 256 + 8 (l & 15), by 2048 16-byte stores; read by lut2x with lane8 = 8 (l & 15) (an
+ * 8-byte load is served per half warp, so lanes l and l + 16 may share a column). */
+__device__ __forceinline__ void build_lut2h(uint8_t *dst, const float *c, int nthreads) {
+    for (int e = threadIdx.x; e < 256 * 8; e += nthreads) {
+        const int byte = e >> 3, lo = byte & 15, hi = byte >> 4;
+        const uint32_t a = pack2(c[lo & 3], c[lo >> 2]), b = pack2(c[hi & 3], c[hi >> 2]);
+        *(uint4 *)(dst + byte * WROW + (e & 7) * 16) = make_uint4(a, b, a, b);
     }
 }
 /* byte B of w (a 6-bit index) looked up in the 3-bit table T (LUT3_K or LUT3_V from the LUT region's

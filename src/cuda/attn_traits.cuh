@@ -220,6 +220,14 @@ struct VTQ2X : VTQ<2> {
         r.st.decode2x(lut, 2u * (uint32_t)lane4, mt, a);
     }
 };
+/* tq-mse:2 V at d = 128 through the byte table of 16 lanes' copies in the rows' second halves
+ * (build_lut2h; the wide 4/2 kernel): lane l reads column l & 15 */
+struct VTQ2H : VTQ2X {
+    KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &, int lane4, int mt,
+                              uint32_t a[4]) {
+        r.st.decode2x(lut + 128, 2u * ((uint32_t)lane4 & 60u), mt, a);
+    }
+};
 template <int W> struct VRVQ {
     static constexpr int HD = D, NF = 4, BYTES = 4 + 2 * (D * W / 8), NSTAGE = 2;
     static constexpr int SIZE[4] = {2, 2, D * W / 8, D * W / 8}, OFF[4] = {0, 2, 4, 4 + D * W / 8};
@@ -259,15 +267,18 @@ template <class KF, class VF> struct Traits {
     static constexpr int SMEM = STAGE_BYTES > MERGE_BYTES ? STAGE_BYTES : MERGE_BYTES; /* after the LUTs */
 };
 
-/* The wide-table kernels (attn_kernel_wide.cuh; tq-mse:W K and V sharing one table, W = 4 or 2):
- * the 64 KiB table of 256-byte rows (attn_lut.cuh), then per warp and stage OUT bytes: K scales
- * (at 0), K codes (at KC), V scales (at VS), and for W = 2 the V codes (at VC; the classic kernel's
- * tile of tq-mse:2/2). W = 4: the table rows' second halves hold the stages' V codes (stage slot
- * (warp, stage): 8 half rows). Up to TPW tiles per warp of a chunk (32 per page register of a lane). */
-template <int W> struct WTraits {
-    static constexpr int NW = 8, STAGES = 4, TPW = 64;
-    static constexpr int KC = 32, VS = 16 * (2 + D * W / 8), VC = VS + 32;
-    static constexpr int OUT = W == 4 ? VS + 32 : VC + 16 * (D * W / 8);
+/* The wide-table kernels (attn_kernel_wide.cuh; tq-mse:KW K and tq-mse:VW V: 4/4, 2/2, 4/2): the
+ * 64 KiB table region of 256-byte rows (attn_lut.cuh), then per warp and stage OUT bytes: K scales
+ * (at 0), K codes (at KC), V scales (at VS), and but for 4/4 the V codes (at VC; 2/2: the classic
+ * kernel's tile of tq-mse:2/2). 4/4: the table rows' second halves hold the stages' V codes (stage
+ * slot (warp, stage): 8 half rows; HOLES). Up to TPW tiles per warp of a chunk (32 per page register
+ * of a lane). */
+template <int KW, int VW> struct WTraits {
+    static constexpr bool HOLES = KW == 4 && VW == 4;
+    static constexpr int NW = 8, TPW = 64;
+    static constexpr int KC = 32, VS = 32 + 16 * (D * KW / 8), VC = VS + 32;
+    static constexpr int OUT = HOLES ? VS + 32 : VC + 16 * (D * VW / 8);
+    static constexpr int STAGES = KW == VW ? 4 : 3; /* 4/2: 4 stages would not fit 2 blocks an SM */
     static constexpr int SMEM = WLUT + NW * STAGES * OUT;
 };
 /* The generic kernel (attn_kernel_gen.cuh): tiles of GT tokens, GNT threads; its shared memory
@@ -278,13 +289,15 @@ KVQ_HD int gen_smem_floats(int d, int klen) {
     const int buf = GT * (klen + 1 > d ? klen + 1 : d);
     return QPB * klen + buf + QPB * GT + QPB + 4 * 256;
 }
-static_assert(WTraits<4>::NW * WTraits<4>::STAGES * 8 <= 256, "V code slots: 8 half rows each");
-static_assert(WTraits<4>::TPW == 64 && WTraits<2>::TPW == 64, "two page registers per lane");
-static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits<4>::NW * WTraits<4>::STAGES * WTraits<4>::OUT &&
-                  Traits<KTQ<2>, VTQ<2>>::MERGE_BYTES <= WTraits<2>::NW * WTraits<2>::STAGES * WTraits<2>::OUT,
+static_assert(WTraits<4, 4>::NW * WTraits<4, 4>::STAGES * 8 <= 256, "V code slots: 8 half rows each");
+static_assert(WTraits<4, 4>::TPW == 64 && WTraits<2, 2>::TPW == 64 && WTraits<4, 2>::TPW == 64, "two page registers per lane");
+static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits<4, 4>::NW * WTraits<4, 4>::STAGES * WTraits<4, 4>::OUT &&
+                  Traits<KTQ<2>, VTQ<2>>::MERGE_BYTES <= WTraits<2, 2>::NW * WTraits<2, 2>::STAGES * WTraits<2, 2>::OUT &&
+                  Traits<KTQ<4>, VTQ<2>>::MERGE_BYTES <= WTraits<4, 2>::NW * WTraits<4, 2>::STAGES * WTraits<4, 2>::OUT,
               "the wide kernels' block merge fits their stage region");
-static_assert(WTraits<2>::OUT == Traits<KTQ2X, VTQ2X>::TILE && WTraits<2>::VS == 16 * KTQ2X::BYTES,
-              "W = 2: the classic kernel's tile of tq-mse:2/2");
+static_assert(WTraits<2, 2>::OUT == Traits<KTQ2X, VTQ2X>::TILE && WTraits<2, 2>::VS == 16 * KTQ2X::BYTES,
+              "2/2: the classic kernel's tile of tq-mse:2/2");
+static_assert(2 * (WTraits<4, 2>::SMEM + 1024) <= 228 * 1024, "4/2: 2 blocks an SM (H100 / H200: 228 KB)");
 
 } /* namespace kvqa */
 

@@ -161,6 +161,11 @@ static void host_lut(uint8_t *lut, int off, int w, const float *c) {
         for (int n = 0; n < 16; n++) dst[n] = pack2(c[n & 3], c[n >> 2]);
     } else if (w == 3) { /* index i, lane l at i * 256 + 4l */
         for (int e = 0; e < 64 * 32; e++) dst[(e >> 5) * (WROW / 4) + (e & 31)] = lut3_entry(c, e >> 5);
+    } else if (w == LUT_W2H) { /* byte b, lanes l and l + 16: the two pairs at b * 256 + 128 + 8 (l & 15) */
+        for (int e = 0; e < 256 * 32; e++) {
+            const int b = e >> 5, n = (e & 1) ? b >> 4 : b & 15;
+            dst[b * (WROW / 4) + 32 + (e & 31)] = pack2(c[n & 3], c[n >> 2]);
+        }
     } else if (w == LUT_W2X) { /* byte b, lane l: its low nibble's pair at b * 256 + 8l, its high's at + 4 */
         for (int e = 0; e < 256 * 64; e++) {
             const int b = e >> 6, n = (e & 1) ? b >> 4 : b & 15;
@@ -564,6 +569,7 @@ static void host_checks(void) {
     host_check_v<VTQ<2>>("tq-mse:2");
     host_check_v<VTQ<4>>("tq-mse:4");
     host_check_v<VTQ2X>("tq-mse:2", LUT_W2X);
+    host_check_v<VTQ2H>("tq-mse:2", LUT_W2H); /* the wide 4/2 kernel's V table */
     host_check_v<VRVQ<1>>("rvq:1");
     host_check_v<VRVQ<2>>("rvq:2");
     host_check_v<VRVQ<4>>("rvq:4");
@@ -1360,7 +1366,8 @@ static void test_attention(bool quick) {
                  {"tq-mse:1", "tq-mse:1"}, {"rvq:1", "rvq:1"},   {"rvq:2", "rvq:2"},       {"rvq:4", "rvq:4"},
                  {"tq-prod:2", "tq-mse:1"}, {"tq-prod:3", "tq-mse:2"}, {"tq-prod:5", "tq-mse:4"}, {"qjl", "tq-mse:4"},
                  {"tq-mse:4", "q8"},       {"q8", "tq-mse:4"},   {"f16", "tq-mse:2"},      {"tq-mse:4", "f16"},
-                 {"tq-mse:4+norot", "tq-mse:4+norot"}, {"tq-mse:4", "rvq:2"}, {"rvq:2", "q8"}};
+                 {"tq-mse:4+norot", "tq-mse:4+norot"}, {"tq-mse:4", "rvq:2"}, {"rvq:2", "q8"},
+                 {"tq-mse:4", "tq-mse:2"}};
     uint64_t seed = 100;
     int i = 0;
     for (auto &pr : pairs) {
@@ -1401,6 +1408,8 @@ static void test_attention(bool quick) {
     run_attn_case(c32, 9002, true);
     AttnCase c64b = {"tq-mse:2", "tq-mse:2", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512};
     run_attn_case(c64b, 9007, true);
+    AttnCase c64c = {"tq-mse:4", "tq-mse:2", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512}; /* the wide 4/2 kernel */
+    run_attn_case(c64c, 9008, true);
     /* two 2-bit tables: the classic kernel's nibble tables (one table, as in the cases above: the
      * wide kernel on the 2-bit byte table, attn_kernel_wide<2>) */
     AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
@@ -1735,6 +1744,7 @@ static void test_attention_sink(bool quick) {
             /* the README's policy pair (the generic kernel; tcq's CPU reference is slow: shorter) */
             run_attn_case(sink_case("tq-mse:5+chscale", "tcq:3", 128, W, S, {1, S - 1, S, S + 1, S + W, 900}, 1), seed++,
                           true);
+            run_attn_case(sink_case("tq-mse:4", "tq-mse:2", 128, W, S, lens), seed++, true); /* the wide 4/2 kernel */
         }
     }
     /* a sink of more than a tile: the window pass's second tile holds sink and ring rows */
