@@ -56,7 +56,7 @@ struct kvq_cuda_layer {
     int klut[2], vlut[2], lut_bytes;
     int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
     int wide2; /* tq-mse:2 K and V with one table at d = 128: the wide kernel on the 2-bit byte table */
-    int wide42; /* tq-mse:4 K, tq-mse:2 V at d = 128: the wide 4/2 kernel */
+    int wide42; /* tq-mse:4 K and tq-mse:2 V, or 2 and 4, at d = 128: the wide 4/2 (2/4) kernel */
     int pdl;  /* programmatic dependent launches (compute capability >= 9) */
     int force_ct; /* tiles per chunk forced by the tests (kvq_cuda_layer_force_chunk); 0: the rule */
     int d;        /* head dim */
@@ -277,7 +277,8 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     memset(&q, 0, sizeof q);
     L->wide = d == D && kf == KF_TQ4 && vf == VF_TQ4 && L->nlut == 1 && L->klut[0] == L->vlut[0];
     L->wide2 = d == D && kf == KF_TQ2 && vf == VF_TQ2 && L->nlut == 1 && L->klut[0] == L->vlut[0];
-    L->wide42 = d == D && kf == KF_TQ4 && vf == VF_TQ2 && L->nlut == 2; /* p.lut[0]: K's table, [1]: V's */
+    L->wide42 = d == D && ((kf == KF_TQ4 && vf == VF_TQ2) || (kf == KF_TQ2 && vf == VF_TQ4)) &&
+                L->nlut == 2; /* p.lut[0]: K's table, [1]: V's */
     if (L->wide2) { /* the one 2-bit table as the byte table (64 KiB, offset 0) */
         L->lut[0].w = kvqa::LUT_W2X;
         L->lut_bytes = kvqa::WLUT;

@@ -1,6 +1,6 @@
 /*
  * The wide-table kernels: tq-mse:KW keys and tq-mse:VW values at d = 128
- * (docs/CUDA.md): 4/4 and 2/2 with one codebook, 4/2.
+ * (docs/CUDA.md): 4/4 and 2/2 with one codebook, 4/2 and 2/4.
  *   4/4: the 4-bit table has rows of 256 bytes (byte b at b * 256, the
  *   lanes' copies in the first 128 bytes), so that a lookup's shared address
  *   is one PRMT: (byte << 8) | 4 * lane, the table's base an immediate /
@@ -17,14 +17,14 @@
  *   there, attn_tile.cuh: K scales, K codes, V scales, V codes), read by the
  *   byte table's decoders (KTQ2X::decode_pair: tokens g and g + 8 at once;
  *   VStage<2>::decode2x), whose 8-byte lookups are the MMA's register pairs.
- *   4/2: K as 4/4 (the 4-bit table in the rows' first halves), V as 2/2 from
- *   a 2-bit byte table of 16 lanes' copies in the rows' second halves (an
- *   8-byte load is served per half warp: lanes l and l + 16 may share a
- *   column), the V codes staged after the K codes; 3 stages (4 would not
- *   let 2 blocks fit an SM).
+ *   4/2 and 2/4: the 4-bit side as 4/4 (its table in the rows' first
+ *   halves), the 2-bit side as 2/2 from a byte table of 16 lanes' copies in
+ *   the rows' second halves (an 8-byte load is served per half warp: lanes l
+ *   and l + 16 may share a column); both fields staged (the classic tile's
+ *   swizzles); 3 stages (4 would not let 2 blocks fit an SM).
  * A tile is fetched by cp.async at per-lane constant offsets, one 64-bit
  * base per field (4/4: 5 per lane, K codes 2, V codes 2 into the holes,
- * lanes 0..3 the scales; 2/2: 3; 4/2: 4; ~50 instructions per tile instead
+ * lanes 0..3 the scales; 2/2: 3; 4/2, 2/4: 4; ~50 instructions per tile instead
  * of the classic kernel's ~85); tokens past the end are copied too (their
  * scores are masked, their V weights 0; the page holds them). Query columns
  * >= G are not masked (their query is 0, so are their scores; the merge
@@ -42,7 +42,7 @@ namespace kvqa {
 
 template <int KW, int VW> /* a template: defined in the K format's translation unit */
 __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(const AttnParams p) {
-    static_assert((KW == 4 && (VW == 4 || VW == 2)) || (KW == 2 && VW == 2), "the wide kernels: 4/4, 2/2, 4/2");
+    static_assert((KW == 4 || KW == 2) && (VW == 4 || VW == 2), "the wide kernels: tq-mse:4 / tq-mse:2 K and V");
     typedef WTraits<KW, VW> T;
     constexpr int NW = T::NW, STAGES = T::STAGES, OUT = T::OUT;
     constexpr int CBK = D * KW / 8, CBV = D * VW / 8; /* code bytes a token */
@@ -57,12 +57,14 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
     const int t_begin = it.chunk * p.chunk_tiles, t_end = min((len + 15) >> 4, t_begin + p.chunk_tiles);
     if (t_begin >= t_end) return;
 
-    /* the tables (overlapping the prep kernel), then the prepared queries: 4/2 has K's 4-bit
-     * table in the rows' first halves and V's 2-bit byte table (16 lanes' copies) in their
-     * second halves (p.lut[0], p.lut[1]) */
+    /* the tables (overlapping the prep kernel), then the prepared queries: a mixed pair has the
+     * 4-bit table in the rows' first halves and the 2-bit byte table (16 lanes' copies) in their
+     * second halves (p.lut[0]: K's, p.lut[1]: V's) */
     if constexpr (KW == 4) build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
-    else build_lut2x(smem, p.lut[0].c, NW * 32);
+    else if constexpr (VW == 2) build_lut2x(smem, p.lut[0].c, NW * 32);
+    else build_lut2h(smem + 128, p.lut[0].c, NW * 32);
     if constexpr (KW == 4 && VW == 2) build_lut2h(smem + 128, p.lut[1].c, NW * 32);
+    if constexpr (KW == 2 && VW == 4) build_lut4<WROW>(smem, p.lut[1].c, NW * 32);
     pdl_wait();
     uint32_t qa[D / 16][2];
     const int qi = h * p.G + it.qgrp * QPB + g;
@@ -92,8 +94,10 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
     /* 2-bit fields: chunk l (token l / 2) swizzled as the classic tile's 32-byte fields (faddr<32>) */
     const uint32_t c2 = 16u * (uint32_t)(lane ^ ((lane >> 2) & 2));
     const uint32_t dk = obase + T::KC + (KW == 4 ? 16 * lane : c2);
+    /* 4-bit V staged (2/4): chunks l and l + 32 (tokens l / 4, + 8) swizzled as the classic 64-byte fields */
+    const uint32_t c4 = 16u * (uint32_t)(lane ^ ((lane >> 2) & 6));
     const uint32_t dv = HOLES ? sbase + holes + (lane >> 3) * WROW + (((lane & 7) * 16 + 32 * ((lane >> 3) & 3)) & 127)
-                              : obase + T::VC + c2;
+                              : obase + T::VC + (VW == 4 ? c4 : c2);
     const uint32_t ds = obase + (lane < 2 ? 16 * lane : T::VS + 16 * (lane & 1));
     const uint32_t ksrc = kfield + 2 * p.P + 16 * lane, vsrc = vfield + 2 * p.P + 16 * lane;
     const uint32_t ssrc = (lane < 2 ? kfield : vfield) + 16 * (lane & 1);
@@ -106,13 +110,13 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
             const uint8_t *pg = (const uint8_t *)__shfl_sync(KVQ_FULL_MASK, (unsigned long long)mp0, i & 31);
             const int slot0 = __shfl_sync(KVQ_FULL_MASK, ms0, i & 31);
             const uint8_t *kc = pg + (ksrc + slot0 * CBK), *vc = pg + (vsrc + slot0 * CBV);
-            const uint32_t ok = st * OUT, ov = HOLES ? st * (8 * WROW) : ok;
+            const uint32_t ok = st * OUT, ov = HOLES ? st * (8 * WROW) : ok, v2 = HOLES ? 4 * WROW : 512;
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok), "l"(kc) : "memory");
             if constexpr (KW == 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok + 512), "l"(kc + 512) : "memory");
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov), "l"(vc) : "memory");
             if constexpr (VW == 4)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov + 4 * WROW), "l"(vc + 512)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov + v2), "l"(vc + 512)
                              : "memory");
             if (lane < 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ds + ok), "l"(pg + (ssrc + slot0 * 2))
@@ -161,8 +165,10 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
                     kb1[4 * k + 2] = lut4x<2>(smem, w1[k], lane4);
                     kb1[4 * k + 3] = lut4x<3>(smem, w1[k], lane4);
                 }
-            } else {
+            } else if constexpr (VW == 2) {
                 KTQ2X::decode_pair(tk, smem, g, qq, lane8, kb0, kb1);
+            } else {
+                KTQ2H::decode_pair(tk, smem, g, qq, lane8, kb0, kb1);
             }
             float a[4];
             kmma_t(a, qa, kb0, kb1);
@@ -182,17 +188,23 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
                 b1 = kvq_movmatrix_t(pack2(pr[2] * w1, pr[3] * w1));
             };
             uint32_t b0, b1;
-            if constexpr (HOLES) {
-                /* V codes of the lane's tokens (k0, k1 | k2, k3), nibbles of a pair interleaved */
-                const uint8_t *hv = smem + st * 8 * WROW;
+            if constexpr (VW == 4) {
+                /* V codes of the lane's tokens (k0, k1 | k2, k3), nibbles of a pair interleaved:
+                 * 4/4 from the holes, 2/4 from the classic tile's field (VStage<4>) */
                 uint32_t x[4][2];
-                {
+                if constexpr (HOLES) {
+                    const uint8_t *hv = smem + st * 8 * WROW;
                     const uint2 e0 = ld64(hv + va), e1 = ld64(hv + vb), e2 = ld64(hv + va + 4 * WROW),
                                 e3 = ld64(hv + vb + 4 * WROW);
                     x[0][0] = e0.x, x[0][1] = e0.y, x[1][0] = e1.x, x[1][1] = e1.y;
                     x[2][0] = e2.x, x[2][1] = e2.y, x[3][0] = e3.x, x[3][1] = e3.y;
+                    interleave4(x);
+                } else {
+                    VStage<4> vs4;
+                    vs4.load(tk + T::VC, g, qq);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) x[k][0] = vs4.x[k][0], x[k][1] = vs4.x[k][1];
                 }
-                interleave4(x);
                 pfrag(b0, b1);
 #pragma unroll
                 for (int mt = 0; mt < D / 16; mt++) {

@@ -72,6 +72,18 @@ struct KTQ2X : KTQ<2> {
         kdec2x_pair(t + 16 * 2, lut, r, qq, lane8, kb0, kb1);
     }
 };
+/* tq-mse:2 K at d = 128 through the byte table of 16 lanes' copies in the rows' second halves
+ * (build_lut2h; the wide 2/4 kernel): lane l reads column l & 15 */
+struct KTQ2H : KTQ2X {
+    KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &, int r, int qq, int lane4,
+                              uint32_t kb[D / 8]) {
+        kdec2x(t + 16 * 2, lut + 128, r, qq, 2u * ((uint32_t)lane4 & 60u), kb);
+    }
+    KVQ_HD static void decode_pair(const uint8_t *t, const uint8_t *lut, int r, int qq, uint32_t lane8, uint32_t kb0[16],
+                                   uint32_t kb1[16]) {
+        kdec2x_pair(t + 16 * 2, lut + 128, r, qq, lane8 & 0x78u, kb0, kb1);
+    }
+};
 /* rvq:W: two tq stages on the same rotated query */
 template <int W> struct KRVQ {
     static constexpr int HD = D, NF = 4, BYTES = 4 + 2 * (D * W / 8), NQS = 1, NSTAGE = 2;
@@ -267,7 +279,7 @@ template <class KF, class VF> struct Traits {
     static constexpr int SMEM = STAGE_BYTES > MERGE_BYTES ? STAGE_BYTES : MERGE_BYTES; /* after the LUTs */
 };
 
-/* The wide-table kernels (attn_kernel_wide.cuh; tq-mse:KW K and tq-mse:VW V: 4/4, 2/2, 4/2): the
+/* The wide-table kernels (attn_kernel_wide.cuh; tq-mse:KW K and tq-mse:VW V: 4/4, 2/2, 4/2, 2/4): the
  * 64 KiB table region of 256-byte rows (attn_lut.cuh), then per warp and stage OUT bytes: K scales
  * (at 0), K codes (at KC), V scales (at VS), and but for 4/4 the V codes (at VC; 2/2: the classic
  * kernel's tile of tq-mse:2/2). 4/4: the table rows' second halves hold the stages' V codes (stage
@@ -290,14 +302,17 @@ KVQ_HD int gen_smem_floats(int d, int klen) {
     return QPB * klen + buf + QPB * GT + QPB + 4 * 256;
 }
 static_assert(WTraits<4, 4>::NW * WTraits<4, 4>::STAGES * 8 <= 256, "V code slots: 8 half rows each");
-static_assert(WTraits<4, 4>::TPW == 64 && WTraits<2, 2>::TPW == 64 && WTraits<4, 2>::TPW == 64, "two page registers per lane");
+static_assert(WTraits<4, 4>::TPW == 64 && WTraits<2, 2>::TPW == 64 && WTraits<4, 2>::TPW == 64 && WTraits<2, 4>::TPW == 64,
+              "two page registers per lane");
 static_assert(Traits<KTQ<4>, VTQ<4>>::MERGE_BYTES <= WTraits<4, 4>::NW * WTraits<4, 4>::STAGES * WTraits<4, 4>::OUT &&
                   Traits<KTQ<2>, VTQ<2>>::MERGE_BYTES <= WTraits<2, 2>::NW * WTraits<2, 2>::STAGES * WTraits<2, 2>::OUT &&
-                  Traits<KTQ<4>, VTQ<2>>::MERGE_BYTES <= WTraits<4, 2>::NW * WTraits<4, 2>::STAGES * WTraits<4, 2>::OUT,
+                  Traits<KTQ<4>, VTQ<2>>::MERGE_BYTES <= WTraits<4, 2>::NW * WTraits<4, 2>::STAGES * WTraits<4, 2>::OUT &&
+                  Traits<KTQ<2>, VTQ<4>>::MERGE_BYTES <= WTraits<2, 4>::NW * WTraits<2, 4>::STAGES * WTraits<2, 4>::OUT,
               "the wide kernels' block merge fits their stage region");
 static_assert(WTraits<2, 2>::OUT == Traits<KTQ2X, VTQ2X>::TILE && WTraits<2, 2>::VS == 16 * KTQ2X::BYTES,
               "2/2: the classic kernel's tile of tq-mse:2/2");
-static_assert(2 * (WTraits<4, 2>::SMEM + 1024) <= 228 * 1024, "4/2: 2 blocks an SM (H100 / H200: 228 KB)");
+static_assert(2 * (WTraits<4, 2>::SMEM + 1024) <= 228 * 1024 && 2 * (WTraits<2, 4>::SMEM + 1024) <= 228 * 1024,
+              "4/2, 2/4: 2 blocks an SM (H100 / H200: 228 KB)");
 
 } /* namespace kvqa */
 

@@ -273,7 +273,7 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0, boo
         }
         /* the wide kernel's decoder of tokens g and g + 8 at once (the 2-bit byte table): the
          * registers of decode on each */
-        if constexpr (std::is_same<KF, KTQ2X>::value) {
+        if constexpr (std::is_same<KF, KTQ2X>::value || std::is_same<KF, KTQ2H>::value) {
             uint32_t kb0[16], kb1[16], w0[16], w1[16];
             KF::decode_pair(tile.data(), lut.data(), g, qq, 8u * lane, kb0, kb1);
             KF::decode(tile.data(), 0, lut.data(), p, g, qq, lane * 4, w0);
@@ -556,6 +556,7 @@ static void host_checks(void) {
     host_check_k<KTQ<2>>("tq-mse:2");
     host_check_k<KTQ<4>>("tq-mse:4");
     host_check_k<KTQ2X>("tq-mse:2", LUT_W2X); /* the 2-bit byte table (issue 17) */
+    host_check_k<KTQ2H>("tq-mse:2", LUT_W2H); /* the wide 2/4 kernel's K table */
     host_check_k<KRVQ<1>>("rvq:1");
     host_check_k<KRVQ<2>>("rvq:2");
     host_check_k<KRVQ<4>>("rvq:4");
@@ -1367,7 +1368,7 @@ static void test_attention(bool quick) {
                  {"tq-prod:2", "tq-mse:1"}, {"tq-prod:3", "tq-mse:2"}, {"tq-prod:5", "tq-mse:4"}, {"qjl", "tq-mse:4"},
                  {"tq-mse:4", "q8"},       {"q8", "tq-mse:4"},   {"f16", "tq-mse:2"},      {"tq-mse:4", "f16"},
                  {"tq-mse:4+norot", "tq-mse:4+norot"}, {"tq-mse:4", "rvq:2"}, {"rvq:2", "q8"},
-                 {"tq-mse:4", "tq-mse:2"}};
+                 {"tq-mse:4", "tq-mse:2"}, {"tq-mse:2", "tq-mse:4"}};
     uint64_t seed = 100;
     int i = 0;
     for (auto &pr : pairs) {
@@ -1410,6 +1411,8 @@ static void test_attention(bool quick) {
     run_attn_case(c64b, 9007, true);
     AttnCase c64c = {"tq-mse:4", "tq-mse:2", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512}; /* the wide 4/2 kernel */
     run_attn_case(c64c, 9008, true);
+    AttnCase c64d = {"tq-mse:2", "tq-mse:4", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512}; /* the wide 2/4 kernel */
+    run_attn_case(c64d, 9009, true);
     /* two 2-bit tables: the classic kernel's nibble tables (one table, as in the cases above: the
      * wide kernel on the 2-bit byte table, attn_kernel_wide<2>) */
     AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
@@ -1745,6 +1748,7 @@ static void test_attention_sink(bool quick) {
             run_attn_case(sink_case("tq-mse:5+chscale", "tcq:3", 128, W, S, {1, S - 1, S, S + 1, S + W, 900}, 1), seed++,
                           true);
             run_attn_case(sink_case("tq-mse:4", "tq-mse:2", 128, W, S, lens), seed++, true); /* the wide 4/2 kernel */
+            run_attn_case(sink_case("tq-mse:2", "tq-mse:4", 128, W, S, lens), seed++, true); /* and 2/4 */
         }
     }
     /* a sink of more than a tile: the window pass's second tile holds sink and ring rows */
