@@ -399,6 +399,7 @@ int main(int argc, char **argv) {
                            {"tq-mse:4/4", "tq-mse:4", "tq-mse:4", 0},
                            {"tq-mse:2/2", "tq-mse:2", "tq-mse:2", 0},
                            {"tq-mse:4/2", "tq-mse:4", "tq-mse:2", 0},
+                           {"tq-mse:2/4", "tq-mse:2", "tq-mse:4", 0},
                            {"tq-mse:3/3", "tq-mse:3", "tq-mse:3", 0},
                            {"tq-prod:3/tq-mse:2", "tq-prod:3", "tq-mse:2", 0},
                            {"rvq:2/2", "rvq:2", "rvq:2", 0},
@@ -415,6 +416,16 @@ int main(int argc, char **argv) {
                            {"tq-mse:5/tq-mse:4", "tq-mse:5", "tq-mse:4", 0},
                            {"tq-mse:5+chscale/tq-mse:4", "tq-mse:5+chscale", "tq-mse:4", 0},
                            {"tq-mse:4/4,sink=1", "tq-mse:4", "tq-mse:4", 1}};
+    if (only_pol) { /* a name that is not in the list measured nothing, silently (session 15): refuse it */
+        bool known = false;
+        for (const Policy &pl : pols) known = known || !strcmp(only_pol, pl.name);
+        if (!known) {
+            fprintf(stderr, "cuda_attn: unknown --policy %s; the policies:", only_pol);
+            for (const Policy &pl : pols) fprintf(stderr, " %s", pl.name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+    }
     const int shapes[][2] = {{1, 4096}, {1, 32768}, {4, 4096}, {4, 32768}, {16, 4096}, {16, 32768},
                              {64, 4096}, {64, 32768}, {8, 131072}, {1, 131072}, {4, 131072}};
     for (auto &sh : shapes) {
