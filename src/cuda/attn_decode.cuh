@@ -126,49 +126,6 @@ KVQ_UNROLL
         }
     }
 }
-/* The registers of kdec2x for one word w of 2-bit codes without a table (no shared-memory wavefront;
- * the wide 2/2 kernel decodes a quarter of its values so, the rest by the byte table, whose lookups
- * bound it on the shared-memory pipe: docs/CUDA.md). The four centroids' f16 bytes are two registers
- * (cl: their low bytes, ch: their high bytes; cb2_regs), so (c[x], c[y]) is one PRMT of cl:ch with the
- * selector nibbles x, x + 4, y, y + 4. Per byte pair (2j, 2j + 1): P = the bytes of E = w & 0x33..
- * (slot-0 / slot-2 codes in a byte's nibbles) and F = (w >> 2) & 0x33.. (slots 1 / 3) interleaved by
- * one PRMT; its low nibbles (h = 0) or high ones (h = 1) masked, times 0x11 plus 0x40404040 are the
- * selectors of both bytes (the second byte's in bits 16..31: one shift). kb[2b + h] = (c[slot 2h of
- * byte b], c[slot 2h + 1]). 27 instructions a word (8 registers) against 8 of the table. */
-KVQ_HD void kdec2r(uint32_t w, uint32_t cl, uint32_t ch, uint32_t kb[8]) {
-    const uint32_t E = w & 0x33333333u, F = (w >> 2) & 0x33333333u;
-KVQ_UNROLL
-    for (int j = 0; j < 2; j++) {
-        const uint32_t P = prmt(E, F, j ? 0x7362u : 0x5140u);
-        const uint32_t s0 = (P & 0x0f0f0f0fu) * 0x11u + 0x40404040u;
-        const uint32_t s1 = ((P >> 4) & 0x0f0f0f0fu) * 0x11u + 0x40404040u;
-        kb[4 * j] = prmt(cl, ch, s0);
-        kb[4 * j + 1] = prmt(cl, ch, s1);
-        kb[4 * j + 2] = prmt(cl, ch, s0 >> 16);
-        kb[4 * j + 3] = prmt(cl, ch, s1 >> 16);
-    }
-}
-/* kdec2x_pair with the first word of each token (coordinates of bytes [qq D/16, + 4)) decoded from
- * registers (kdec2r), the second by the byte table: the same registers */
-KVQ_HD void kdec2x_pair_r(const uint8_t *f, const uint8_t *L, int r, int qq, uint32_t lane8, uint32_t cl, uint32_t ch,
-                          uint32_t kb0[16], uint32_t kb1[16]) {
-    uint32_t w0[2], w1[2];
-    ldf<D / 4, D / 16>(f, r, qq * (D / 16), w0);
-    ldf<D / 4, D / 16>(f, r + 8, qq * (D / 16), w1);
-    kdec2r(w0[0], cl, ch, kb0);
-    kdec2r(w1[0], cl, ch, kb1);
-    uint32_t lo = w0[1], hi = w1[1];
-    interleave<4>(lo, hi);
-KVQ_UNROLL
-    for (int b = 0; b < 4; b++) {
-        const uint2 e = b == 0 ? lut2x<0>(L, lo, lane8) : b == 1 ? lut2x<1>(L, lo, lane8)
-                      : b == 2 ? lut2x<2>(L, lo, lane8) : lut2x<3>(L, lo, lane8);
-        const uint2 o = b == 0 ? lut2x<0>(L, hi, lane8) : b == 1 ? lut2x<1>(L, hi, lane8)
-                      : b == 2 ? lut2x<2>(L, hi, lane8) : lut2x<3>(L, hi, lane8);
-        kb0[8 + 2 * b] = e.x, kb1[8 + 2 * b] = e.y;
-        kb0[8 + 2 * b + 1] = o.x, kb1[8 + 2 * b + 1] = o.y;
-    }
-}
 template <int DD = 128> KVQ_HD int kcoord2(int qq, int reg, int h) {
     return (DD / 16) * qq + reg / 2 + (DD / 4) * (2 * (reg % 2) + h);
 }

@@ -133,11 +133,8 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
     /* 4/4: the V-side words of this lane (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9; group g) */
     const uint32_t vu = (uint32_t)((8 * g + 32 * qq) & 127);
     const uint32_t va = holes + qq * WROW + vu, vb = holes + qq * WROW + (vu ^ 64u);
-    /* 2-bit sides: the byte table's column (K), the V words; 2/2: the codebook in two registers (a
-     * quarter of the values decoded from them, kdec2r) */
+    /* 2-bit sides: the byte table's column (K), the V words */
     const uint32_t lane8 = 2 * lane4, v2off = T::VC + vword2_off(g, qq);
-    uint32_t cl2 = 0, ch2 = 0;
-    if constexpr (KW == 2 && VW == 2) cb2_regs(p.lut[0].c, cl2, ch2);
 
 #pragma unroll 1
     for (int i = 0; i < STAGES - 1; i++) issue(i);
@@ -169,7 +166,7 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
                     kb1[4 * k + 3] = lut4x<3>(smem, w1[k], lane4);
                 }
             } else if constexpr (VW == 2) {
-                KTQ2X::decode_pair_r(tk, smem, g, qq, lane8, cl2, ch2, kb0, kb1);
+                KTQ2X::decode_pair(tk, smem, g, qq, lane8, kb0, kb1);
             } else {
                 KTQ2H::decode_pair(tk, smem, g, qq, lane8, kb0, kb1);
             }

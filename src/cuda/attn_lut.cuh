@@ -84,13 +84,6 @@ __device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nt
         *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(a, b, a, b);
     }
 }
-/* The 4 centroids c of a 2-bit codebook in two registers for kdec2r: cl holds their f16 values' low
- * bytes (byte i: c[i]'s), ch their high bytes. */
-KVQ_HD void cb2_regs(const float *c, uint32_t &cl, uint32_t &ch) {
-    const uint32_t a = pack2(c[0], c[1]), b = pack2(c[2], c[3]);
-    cl = prmt(a, b, 0x6420u);
-    ch = prmt(a, b, 0x7531u);
-}
 /* The 2-bit byte table of centroids c with 16 lanes' copies (the wide 4/2 kernel, in the second
  * halves of the 256-byte rows at dst = table + 128): byte b's pairs for lanes l and l + 16 at
  * dst + b * 256 + 8 (l & 15), by 2048 16-byte stores; read by lut2x with lane8 = 8 (l & 15) (an

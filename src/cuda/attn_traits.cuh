@@ -66,15 +66,10 @@ struct KTQ2X : KTQ<2> {
                               uint32_t kb[D / 8]) {
         kdec2x(t + 16 * 2, lut, r, qq, 2u * (uint32_t)lane4, kb);
     }
-    /* tokens r and r + 8 at once (the wide kernel): kdec2x's registers of both; decode_pair_r: their
-     * first words from the codebook's registers (cl, ch: cb2_regs) */
+    /* tokens r and r + 8 at once (the wide kernel): kdec2x's registers of both */
     KVQ_HD static void decode_pair(const uint8_t *t, const uint8_t *lut, int r, int qq, uint32_t lane8, uint32_t kb0[16],
                                    uint32_t kb1[16]) {
         kdec2x_pair(t + 16 * 2, lut, r, qq, lane8, kb0, kb1);
-    }
-    KVQ_HD static void decode_pair_r(const uint8_t *t, const uint8_t *lut, int r, int qq, uint32_t lane8, uint32_t cl,
-                                     uint32_t ch, uint32_t kb0[16], uint32_t kb1[16]) {
-        kdec2x_pair_r(t + 16 * 2, lut, r, qq, lane8, cl, ch, kb0, kb1);
     }
 };
 /* tq-mse:2 K at d = 128 through the byte table of 16 lanes' copies in the rows' second halves

@@ -276,15 +276,6 @@ template <class KF> static void host_check_k(const char *spec, int lutw = 0, boo
         if constexpr (std::is_same<KF, KTQ2X>::value || std::is_same<KF, KTQ2H>::value) {
             uint32_t kb0[16], kb1[16], w0[16], w1[16];
             KF::decode_pair(tile.data(), lut.data(), g, qq, 8u * lane, kb0, kb1);
-            if constexpr (std::is_same<KF, KTQ2X>::value) { /* the wide 2/2 kernel's: first words from registers */
-                uint32_t cl, ch, r0[16], r1[16];
-                cb2_regs(h.t.c1, cl, ch);
-                KF::decode_pair_r(tile.data(), lut.data(), g, qq, 8u * lane, cl, ch, r0, r1);
-                for (int reg = 0; reg < 16; reg++)
-                    if ((r0[reg] != kb0[reg] || r1[reg] != kb1[reg]) && bad++ < 5)
-                        fprintf(stderr, "  %s K register decode lane %d reg %d: %08x %08x want %08x %08x\n", spec, lane,
-                                reg, r0[reg], r1[reg], kb0[reg], kb1[reg]);
-            }
             KF::decode(tile.data(), 0, lut.data(), p, g, qq, lane * 4, w0);
             KF::decode(tile.data(), 0, lut.data(), p, g + 8, qq, lane * 4, w1);
             for (int reg = 0; reg < 16; reg++)
