@@ -57,6 +57,7 @@ struct kvq_cuda_layer {
     int wide; /* tq-mse:4 K and V with one table: the wide-table kernel */
     int wide2; /* tq-mse:2 K and V with one table at d = 128: the wide kernel on the 2-bit byte table */
     int wide42; /* tq-mse:4 K and tq-mse:2 V, or 2 and 4, at d = 128: the wide 4/2 (2/4) kernel */
+    int wide33; /* tq-mse:3 K and V at d = 128: the wide 3/3 kernel */
     int pdl;  /* programmatic dependent launches (compute capability >= 9) */
     int force_ct; /* tiles per chunk forced by the tests (kvq_cuda_layer_force_chunk); 0: the rule */
     int d;        /* head dim */
@@ -201,6 +202,7 @@ static void set_generic(kvq_cuda_layer *L, const kvqa::GenFmt *gk, const kvqa::G
     L->wide = 0;
     L->wide2 = 0;
     L->wide42 = 0;
+    L->wide33 = 0;
     L->nw = kvqa::GNW;
     L->gen_smem = kvqa::gen_smem_floats(L->d, gk->len) * (int)sizeof(float);
     L->gen_wsmem = kvqa::gen_smem_floats(L->d, L->d) * (int)sizeof(float);
@@ -279,6 +281,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     L->wide2 = d == D && kf == KF_TQ2 && vf == VF_TQ2 && L->nlut == 1 && L->klut[0] == L->vlut[0];
     L->wide42 = d == D && ((kf == KF_TQ4 && vf == VF_TQ2) || (kf == KF_TQ2 && vf == VF_TQ4)) &&
                 L->nlut == 2; /* p.lut[0]: K's table, [1]: V's */
+    L->wide33 = d == D && kf == KF_TQ3 && vf == VF_TQ3 && L->nlut == 2; /* add_lut3: K's, then V's */
     if (L->wide2) { /* the one 2-bit table as the byte table (64 KiB, offset 0) */
         L->lut[0].w = kvqa::LUT_W2X;
         L->lut_bytes = kvqa::WLUT;
@@ -287,6 +290,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     q.wide = L->wide;
     q.wide2 = L->wide2;
     q.wide42 = L->wide42;
+    q.wide33 = L->wide33;
     int rc;
     if (gen) {
         set_generic(L, &gk, &gv);
@@ -312,7 +316,7 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
  * the block's warps, at most 32 (64 for the wide-table kernel) per warp; 0 restores the rule. */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk) {
     if (!L) return KVQ_ERR_NULL;
-    const int tpw = kvqa::max_tiles_per_warp(L->wide || L->wide2 || L->wide42);
+    const int tpw = kvqa::max_tiles_per_warp(L->wide || L->wide2 || L->wide42 || L->wide33);
     if (tiles_per_chunk < 0 || tiles_per_chunk % L->nw || tiles_per_chunk > tpw * L->nw) return KVQ_ERR_INVALID_ARG;
     L->force_ct = tiles_per_chunk;
     return KVQ_OK;
@@ -693,7 +697,7 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
     const long long items = (long long)n_seq * L->H * L->QG;
     if (L->force_ct > 0) return L->force_ct;
     if (L->gen) return kvqa::chunk_tiles_waves(tiles, items, L->sms * L->occ, L->nw);
-    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide || L->wide2 || L->wide42);
+    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide || L->wide2 || L->wide42 || L->wide33);
 }
 
 /* Floats of a prepared query: the rotated query (d), then S q~ (m) for QJL keys; at least 2d (the
@@ -860,6 +864,7 @@ static int attend_impl(const kvq_cuda_layer *L, const kvq_cuda_batch *b, const f
     p.wide = L->wide;
     p.wide2 = L->wide2;
     p.wide42 = L->wide42;
+    p.wide33 = L->wide33;
     p.pdl = L->pdl;
     p.sink_len = sink ? b->sink_len : NULL;
     p.sink = (const uint8_t *)b->sink;

@@ -1,6 +1,6 @@
 /*
  * The wide-table kernels: tq-mse:KW keys and tq-mse:VW values at d = 128
- * (docs/CUDA.md): 4/4 and 2/2 with one codebook, 4/2 and 2/4.
+ * (docs/CUDA.md): 4/4 and 2/2 with one codebook, 4/2 and 2/4; tq-mse:3/3.
  *   4/4: the 4-bit table has rows of 256 bytes (byte b at b * 256, the
  *   lanes' copies in the first 128 bytes), so that a lookup's shared address
  *   is one PRMT: (byte << 8) | 4 * lane, the table's base an immediate /
@@ -22,9 +22,13 @@
  *   the rows' second halves (an 8-byte load is served per half warp: lanes l
  *   and l + 16 may share a column); both fields staged (the classic tile's
  *   swizzles); 3 stages (4 would not let 2 blocks fit an SM).
+ *   3/3: the classic kernel's 3-bit tables (attn_tq3.cuh: K's and V's in the
+ *   first and second halves of 64 rows of 256 bytes, 16 KiB) and tile (the
+ *   2-bit and 1-bit sub-fields in two regions), read by KTQ3 / VTQ3; the wide
+ *   skeleton's copies, masks and softmax.
  * A tile is fetched by cp.async at per-lane constant offsets, one 64-bit
  * base per field (4/4: 5 per lane, K codes 2, V codes 2 into the holes,
- * lanes 0..3 the scales; 2/2: 3; 4/2, 2/4: 4; ~50 instructions per tile instead
+ * lanes 0..3 the scales; 2/2: 3; 4/2, 2/4: 4; 3/3: 5; ~50 instructions per tile instead
  * of the classic kernel's ~85); tokens past the end are copied too (their
  * scores are masked, their V weights 0; the page holds them). Query columns
  * >= G are not masked (their query is 0, so are their scores; the merge
@@ -37,12 +41,21 @@
 #include <type_traits>
 
 #include "attn_block.cuh"
+#include "attn_tq3.cuh"
 
 namespace kvqa {
 
+static_assert(WTraits<3, 3>::OUT == Traits<KTQ3<D>, VTQ3<D>>::TILE && WTraits<3, 3>::VS == 16 * KTQ3<D>::BYTES &&
+                  Traits<KTQ3<D>, VTQ3<D>>::MERGE_BYTES <= WTraits<3, 3>::NW * WTraits<3, 3>::STAGES * WTraits<3, 3>::OUT,
+              "3/3: the classic kernel's tile of tq-mse:3/3; the block merge fits the stages");
+
 template <int KW, int VW> /* a template: defined in the K format's translation unit */
 __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(const AttnParams p) {
-    static_assert((KW == 4 || KW == 2) && (VW == 4 || VW == 2), "the wide kernels: tq-mse:4 / tq-mse:2 K and V");
+    static_assert(((KW == 4 || KW == 2) && (VW == 4 || VW == 2)) || (KW == 3 && VW == 3),
+                  "the wide kernels: tq-mse:4 / tq-mse:2 K and V, tq-mse:3/3");
+    /* the formats whose maps the kernel keeps (the query's coordinates, O's) */
+    typedef typename std::conditional<KW == 4, KTQ<4>, typename std::conditional<KW == 2, KTQ<2>, KTQ3<D>>::type>::type KF;
+    typedef typename std::conditional<VW == 4, VTQ<4>, typename std::conditional<VW == 2, VTQ2X, VTQ3<D>>::type>::type VF;
     typedef WTraits<KW, VW> T;
     constexpr int NW = T::NW, STAGES = T::STAGES, OUT = T::OUT;
     constexpr int CBK = D * KW / 8, CBV = D * VW / 8; /* code bytes a token */
@@ -60,7 +73,10 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
     /* the tables (overlapping the prep kernel), then the prepared queries: a mixed pair has the
      * 4-bit table in the rows' first halves and the 2-bit byte table (16 lanes' copies) in their
      * second halves (p.lut[0]: K's, p.lut[1]: V's) */
-    if constexpr (KW == 4) build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
+    if constexpr (KW == 3) {
+        build_lut3(smem + LUT3_K, p.lut[0].c, NW * 32); /* 3/3: attn_tq3.cuh's tables (16 KiB) */
+        build_lut3(smem + LUT3_V, p.lut[1].c, NW * 32);
+    } else if constexpr (KW == 4) build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
     else if constexpr (VW == 2) build_lut2x(smem, p.lut[0].c, NW * 32);
     else build_lut2h(smem + 128, p.lut[0].c, NW * 32);
     if constexpr (KW == 4 && VW == 2) build_lut2h(smem + 128, p.lut[1].c, NW * 32);
@@ -68,8 +84,8 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
     pdl_wait();
     uint32_t qa[D / 16][2];
     const int qi = h * p.G + it.qgrp * QPB + g;
-    load_query<KTQ<KW>>(qa, p.qprep + ((size_t)s * p.HQ + qi) * p.qf, g < it.GQ, qq, 0);
-    uint8_t *outs = smem + WLUT + warp * STAGES * OUT; /* this warp's stages (4/4: K codes and scales) */
+    load_query<KF>(qa, p.qprep + ((size_t)s * p.HQ + qi) * p.qf, g < it.GQ, qq, 0);
+    uint8_t *outs = smem + T::LUT + warp * STAGES * OUT; /* this warp's stages (4/4: K codes and scales) */
     const uint32_t holes = 128u + (uint32_t)(warp * STAGES * 8) * WROW; /* 4/4: its V code slots (offsets) */
     __syncthreads(); /* table ready */
 
@@ -93,11 +109,16 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
     const uint32_t sbase = smem_addr(smem), obase = smem_addr(outs);
     /* 2-bit fields: chunk l (token l / 2) swizzled as the classic tile's 32-byte fields (faddr<32>) */
     const uint32_t c2 = 16u * (uint32_t)(lane ^ ((lane >> 2) & 2));
-    const uint32_t dk = obase + T::KC + (KW == 4 ? 16 * lane : c2);
+    /* 3-bit fields (48 bytes a token, the 2-bit and 1-bit sub-fields in two regions): chunks l and,
+     * for l < 16, l + 32, where stage_chunk puts them */
+    int tok3;
+    const uint32_t c3a = 16u * (uint32_t)stage_chunk(D * 3 / 8, D / 4, lane, tok3);
+    const uint32_t c3b = 16u * (uint32_t)stage_chunk(D * 3 / 8, D / 4, lane < 16 ? lane + 32 : lane, tok3);
+    const uint32_t dk = obase + T::KC + (KW == 4 ? 16 * lane : KW == 3 ? c3a : c2);
     /* 4-bit V staged (2/4): chunks l and l + 32 (tokens l / 4, + 8) swizzled as the classic 64-byte fields */
     const uint32_t c4 = 16u * (uint32_t)(lane ^ ((lane >> 2) & 6));
     const uint32_t dv = HOLES ? sbase + holes + (lane >> 3) * WROW + (((lane & 7) * 16 + 32 * ((lane >> 3) & 3)) & 127)
-                              : obase + T::VC + (VW == 4 ? c4 : c2);
+                              : obase + T::VC + (VW == 4 ? c4 : VW == 3 ? c3a : c2);
     const uint32_t ds = obase + (lane < 2 ? 16 * lane : T::VS + 16 * (lane & 1));
     const uint32_t ksrc = kfield + 2 * p.P + 16 * lane, vsrc = vfield + 2 * p.P + 16 * lane;
     const uint32_t ssrc = (lane < 2 ? kfield : vfield) + 16 * (lane & 1);
@@ -114,10 +135,18 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok), "l"(kc) : "memory");
             if constexpr (KW == 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + ok + 512), "l"(kc + 512) : "memory");
+            if constexpr (KW == 3)
+                if (lane < 16)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(obase + T::KC + c3b + ok), "l"(kc + 512)
+                                 : "memory");
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov), "l"(vc) : "memory");
             if constexpr (VW == 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dv + ov + v2), "l"(vc + 512)
                              : "memory");
+            if constexpr (VW == 3)
+                if (lane < 16)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(obase + T::VC + c3b + ov), "l"(vc + 512)
+                                 : "memory");
             if (lane < 4)
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ds + ok), "l"(pg + (ssrc + slot0 * 2))
                              : "memory");
@@ -165,6 +194,9 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
                     kb1[4 * k + 2] = lut4x<2>(smem, w1[k], lane4);
                     kb1[4 * k + 3] = lut4x<3>(smem, w1[k], lane4);
                 }
+            } else if constexpr (KW == 3) {
+                KF::decode(tk, 0, smem, p, g, qq, (int)lane4, kb0);
+                KF::decode(tk, 0, smem, p, g + 8, qq, (int)lane4, kb1);
             } else if constexpr (VW == 2) {
                 KTQ2X::decode_pair(tk, smem, g, qq, lane8, kb0, kb1);
             } else {
@@ -218,6 +250,17 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
                     }
                     kvq_mma16816(O[mt], a, b0, b1);
                 }
+            } else if constexpr (VW == 3) {
+                /* 3/3: the classic tile's V record (attn_tq3.cuh: the indices of the lane's token pairs) */
+                typename VF::Regs vr;
+                VF::load(tv, g, qq, nullptr, vr);
+                pfrag(b0, b1);
+#pragma unroll
+                for (int mt = 0; mt < D / 16; mt++) {
+                    uint32_t a[4];
+                    VF::decode(vr, 0, smem, p, (int)lane4, mt, a);
+                    kvq_mma16816(O[mt], a, b0, b1);
+                }
             } else {
                 /* the classic tile's V field (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9 of group g; VTQ2X's map) */
                 typedef typename std::conditional<KW == 2, VTQ2X, VTQ2H>::type VF2; /* its table */
@@ -235,7 +278,7 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
         __syncwarp();
         issue(i + STAGES - 1);
     }
-    block_merge<typename std::conditional<VW == 4, VTQ<4>, VTQ2X>::type, NW>(smem + WLUT, p, it, false, sm, O, lane, warp);
+    block_merge<VF, NW>(smem + T::LUT, p, it, false, sm, O, lane, warp);
 }
 
 } /* namespace kvqa */

@@ -1,6 +1,6 @@
 /*
  * Launch template of the main pass: the kernel of a (K, V) pair (the
- * wide-table kernels for tq-mse:4/4 and 2/2 with one table, 4/2 and 2/4, else the classic one),
+ * wide-table kernels for tq-mse:4/4 and 2/2 with one table, 4/2, 2/4 and 3/3, else the classic one),
  * its grid (x = chunk, y = KV head x query group, z = sequence), block and
  * shared memory, programmatic dependent launches, and the split-K rule that
  * sizes the chunks. The per-format files attn_k_*.cu instantiate it through
@@ -63,7 +63,9 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
     typedef Traits<KF, VF> C;
     constexpr bool K4 = std::is_same<KF, KTQ<4>>::value, K2 = std::is_same<KF, KTQ<2>>::value;
     constexpr bool V4 = std::is_same<VF, VTQ<4>>::value, V2 = std::is_same<VF, VTQ<2>>::value;
-    const bool wide = (K4 && V4 && p.wide) || (K2 && V2 && p.wide2) || ((K4 && V2) || (K2 && V4)) && p.wide42; /* attn_kernel_wide */
+    constexpr bool K3 = std::is_same<KF, KTQ3<D>>::value, V3 = std::is_same<VF, VTQ3<D>>::value;
+    const bool wide = (K4 && V4 && p.wide) || (K2 && V2 && p.wide2) || (((K4 && V2) || (K2 && V4)) && p.wide42) ||
+                      (K3 && V3 && p.wide33); /* attn_kernel_wide */
     void (*k)(AttnParams) = attn_kernel<KF, VF, C::NW, C::STAGES, false>;
     int nw = C::NW, smem = p.lut_bytes + C::SMEM;
     if constexpr (K4 && V4)
@@ -74,6 +76,8 @@ int launch(const AttnParams &p, int do_launch, cudaStream_t st, int *nw_out, int
         if (wide) k = attn_kernel_wide<4, 2>, nw = WTraits<4, 2>::NW, smem = WTraits<4, 2>::SMEM;
     if constexpr (K2 && V4)
         if (wide) k = attn_kernel_wide<2, 4>, nw = WTraits<2, 4>::NW, smem = WTraits<2, 4>::SMEM;
+    if constexpr (K3 && V3)
+        if (wide) k = attn_kernel_wide<3, 3>, nw = WTraits<3, 3>::NW, smem = WTraits<3, 3>::SMEM;
     if (nw_out) *nw_out = nw;
     if (smem_out) *smem_out = smem;
     if (!do_launch) return configure(k, nw * 32, smem, occ_out);

@@ -55,6 +55,7 @@ struct AttnParams {
     int wide;             /* 4-bit K and V sharing one table: the wide-table kernel (attn_kernel_wide<4, 4>) */
     int wide2;            /* 2-bit K and V sharing one table at d = 128: attn_kernel_wide<2, 2> on the byte table */
     int wide42;           /* tq-mse:4 K, tq-mse:2 V (or 2 and 4) at d = 128: attn_kernel_wide<4, 2> (<2, 4>) */
+    int wide33;           /* tq-mse:3 K and V at d = 128: attn_kernel_wide<3, 3> */
     int pdl;              /* the device takes programmatic dependent launches (sm_90+) */
     int d, sf;            /* head dim, floats of a partial state (state_floats(d)) */
     GenFmt gk, gv;        /* the generic kernel's K and V formats */

@@ -288,10 +288,11 @@ template <class KF, class VF> struct Traits {
 template <int KW, int VW> struct WTraits {
     static constexpr bool HOLES = KW == 4 && VW == 4;
     static constexpr int NW = 8, TPW = 64;
+    static constexpr int LUT = KW == 3 ? LUT3_BYTES : WLUT; /* the table region (3/3: attn_tq3.cuh's 16 KiB) */
     static constexpr int KC = 32, VS = 32 + 16 * (D * KW / 8), VC = VS + 32;
     static constexpr int OUT = HOLES ? VS + 32 : VC + 16 * (D * VW / 8);
     static constexpr int STAGES = KW == VW ? 4 : 3; /* 4/2: 4 stages would not fit 2 blocks an SM */
-    static constexpr int SMEM = WLUT + NW * STAGES * OUT;
+    static constexpr int SMEM = LUT + NW * STAGES * OUT;
 };
 /* The generic kernel (attn_kernel_gen.cuh): tiles of GT tokens, GNT threads; its shared memory
  * for head dim d and K rows of klen values (queries, rows, probabilities, rescales, codebooks). */

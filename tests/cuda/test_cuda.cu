@@ -1413,6 +1413,8 @@ static void test_attention(bool quick) {
     run_attn_case(c64c, 9008, true);
     AttnCase c64d = {"tq-mse:2", "tq-mse:4", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512}; /* the wide 2/4 kernel */
     run_attn_case(c64d, 9009, true);
+    AttnCase c64e = {"tq-mse:3", "tq-mse:3", 2, 8, 128, 0, {9000, 8200, 17}, {}, 512}; /* the wide 3/3 kernel */
+    run_attn_case(c64e, 9010, true);
     /* two 2-bit tables: the classic kernel's nibble tables (one table, as in the cases above: the
      * wide kernel on the 2-bit byte table, attn_kernel_wide<2>) */
     AttnCase gauss2 = {"tq-mse:2", "tq-mse:2+cb=gauss", 2, 16, 64, 32, lens, wl};
@@ -1749,6 +1751,7 @@ static void test_attention_sink(bool quick) {
                           true);
             run_attn_case(sink_case("tq-mse:4", "tq-mse:2", 128, W, S, lens), seed++, true); /* the wide 4/2 kernel */
             run_attn_case(sink_case("tq-mse:2", "tq-mse:4", 128, W, S, lens), seed++, true); /* and 2/4 */
+            run_attn_case(sink_case("tq-mse:3", "tq-mse:3", 128, W, S, lens), seed++, true); /* and 3/3 */
         }
     }
     /* a sink of more than a tile: the window pass's second tile holds sink and ring rows */
