@@ -57,6 +57,7 @@
 #        default 2), POLS_NEW on new (tq-mse:4/2 q8), bench/torch_sdpa.py, Nsight Compute of the new main kernels
 #        of POLS_PROF (tq-mse:2/2 tq-mse:4/4) at 16 x 32K, then test_cuda --quick in what is left of LIMIT seconds
 #        (default 560).
+# py:    (session 15) the shared libraries built alone, then the PyTorch tests on libkvq-cuda (LIMIT seconds).
 set -u
 MODE=${1:-all}
 OUT=${OUT:-/tmp/kvq-out}
@@ -466,4 +467,14 @@ if [ "$MODE" = s15 ]; then
     grep -E "FAIL|checks|rc " "$OUT/test_cuda.log" | tail -20
     grep -E "B= 16 ctx= 32768|B=  1 ctx=131072|B=  1 ctx= 32768" "$OUT/ab.log"
     grep -E "torch" "$OUT/torch_sdpa.txt" | tail -12
+fi
+if [ "$MODE" = py ]; then
+    t0=$(date +%s)
+    J=16 build "$NEW" /tmp/b kvq_shared kvq_engine_shared kvq_cuda_shared || exit 1
+    echo "build: $(( $(date +%s) - t0 )) s"
+    LD_LIBRARY_PATH=/tmp/b KVQ_LIBRARY_DIR=/tmp/b PYTHONPATH=$NEW/python timeout ${LIMIT:-300} python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_torch_cuda.py tests/python/test_torch_ops.py > "$OUT/pytest_torch.log" 2>&1
+    echo "pytest rc $?" >> "$OUT/pytest_torch.log"
+    tail -4 "$OUT/pytest_torch.log"
+    echo "all: $(( $(date +%s) - t0 )) s"
 fi
