@@ -312,11 +312,14 @@ extern "C" int kvq_cuda_layer_create(kvq_cuda_layer **out, const kvq_cuda_layer_
     return KVQ_OK;
 }
 
+/* Whether the layer's main pass runs a wide-table kernel (attn_kernel_wide: 64 tiles a warp). */
+static int layer_wide(const kvq_cuda_layer *L) { return L->wide || L->wide2 || L->wide42 || L->wide33; }
+
 /* For the tests (not in kvq_cuda.h): forces the tiles per chunk of the main pass, a multiple of
  * the block's warps, at most 32 (64 for the wide-table kernel) per warp; 0 restores the rule. */
 extern "C" int kvq_cuda_layer_force_chunk(kvq_cuda_layer *L, int tiles_per_chunk) {
     if (!L) return KVQ_ERR_NULL;
-    const int tpw = kvqa::max_tiles_per_warp(L->wide || L->wide2 || L->wide42 || L->wide33);
+    const int tpw = kvqa::max_tiles_per_warp(layer_wide(L));
     if (tiles_per_chunk < 0 || tiles_per_chunk % L->nw || tiles_per_chunk > tpw * L->nw) return KVQ_ERR_INVALID_ARG;
     L->force_ct = tiles_per_chunk;
     return KVQ_OK;
@@ -697,7 +700,7 @@ static int layer_chunk_tiles(const kvq_cuda_layer *L, int n_seq, int max_main_le
     const long long items = (long long)n_seq * L->H * L->QG;
     if (L->force_ct > 0) return L->force_ct;
     if (L->gen) return kvqa::chunk_tiles_waves(tiles, items, L->sms * L->occ, L->nw);
-    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, L->wide || L->wide2 || L->wide42 || L->wide33);
+    return kvqa::chunk_tiles(tiles, items, L->sms, L->nw, layer_wide(L));
 }
 
 /* Floats of a prepared query: the rotated query (d), then S q~ (m) for QJL keys; at least 2d (the

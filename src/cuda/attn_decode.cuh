@@ -117,10 +117,7 @@ KVQ_UNROLL
         interleave<4>(lo, hi);
 KVQ_UNROLL
         for (int b = 0; b < 4; b++) {
-            const uint2 e = b == 0 ? lut2x<0>(L, lo, lane8) : b == 1 ? lut2x<1>(L, lo, lane8)
-                          : b == 2 ? lut2x<2>(L, lo, lane8) : lut2x<3>(L, lo, lane8);
-            const uint2 o = b == 0 ? lut2x<0>(L, hi, lane8) : b == 1 ? lut2x<1>(L, hi, lane8)
-                          : b == 2 ? lut2x<2>(L, hi, lane8) : lut2x<3>(L, hi, lane8);
+            const uint2 e = lut2xb(L, lo, b, lane8), o = lut2xb(L, hi, b, lane8);
             kb0[8 * i + 2 * b] = e.x, kb1[8 * i + 2 * b] = e.y;
             kb0[8 * i + 2 * b + 1] = o.x, kb1[8 * i + 2 * b + 1] = o.y;
         }
@@ -304,10 +301,7 @@ KVQ_UNROLL
         static_assert(W == 2 && DD == 128, "the byte table: 2-bit stages at d = 128");
         const uint32_t w0 = x[mt & 1][0], w1 = x[2 + (mt & 1)][0];
         const int b = mt >> 1;
-        const uint2 e = b == 0 ? lut2x<0>(L, w0, lane8) : b == 1 ? lut2x<1>(L, w0, lane8)
-                      : b == 2 ? lut2x<2>(L, w0, lane8) : lut2x<3>(L, w0, lane8);
-        const uint2 o = b == 0 ? lut2x<0>(L, w1, lane8) : b == 1 ? lut2x<1>(L, w1, lane8)
-                      : b == 2 ? lut2x<2>(L, w1, lane8) : lut2x<3>(L, w1, lane8);
+        const uint2 e = lut2xb(L, w0, b, lane8), o = lut2xb(L, w1, b, lane8);
         a[0] = e.x, a[1] = e.y, a[2] = o.x, a[3] = o.y;
     }
 };

@@ -77,9 +77,9 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
         build_lut3(smem + LUT3_K, p.lut[0].c, NW * 32); /* 3/3: attn_tq3.cuh's tables (16 KiB) */
         build_lut3(smem + LUT3_V, p.lut[1].c, NW * 32);
     } else if constexpr (KW == 4) build_lut4<WROW>(smem, p.lut[0].c, NW * 32);
-    else if constexpr (VW == 2) build_lut2x(smem, p.lut[0].c, NW * 32);
-    else build_lut2h(smem + 128, p.lut[0].c, NW * 32);
-    if constexpr (KW == 4 && VW == 2) build_lut2h(smem + 128, p.lut[1].c, NW * 32);
+    else if constexpr (VW == 2) build_lut2x<32>(smem, p.lut[0].c, NW * 32);
+    else build_lut2x<16>(smem + 128, p.lut[0].c, NW * 32);
+    if constexpr (KW == 4 && VW == 2) build_lut2x<16>(smem + 128, p.lut[1].c, NW * 32);
     if constexpr (KW == 2 && VW == 4) build_lut4<WROW>(smem, p.lut[1].c, NW * 32);
     pdl_wait();
     uint32_t qa[D / 16][2];
@@ -250,27 +250,20 @@ __global__ void __launch_bounds__(WTraits<KW, VW>::NW * 32, 2) attn_kernel_wide(
                     }
                     kvq_mma16816(O[mt], a, b0, b1);
                 }
-            } else if constexpr (VW == 3) {
-                /* 3/3: the classic tile's V record (attn_tq3.cuh: the indices of the lane's token pairs) */
-                typename VF::Regs vr;
-                VF::load(tv, g, qq, nullptr, vr);
-                pfrag(b0, b1);
-#pragma unroll
-                for (int mt = 0; mt < D / 16; mt++) {
-                    uint32_t a[4];
-                    VF::decode(vr, 0, smem, p, (int)lane4, mt, a);
-                    kvq_mma16816(O[mt], a, b0, b1);
-                }
             } else {
-                /* the classic tile's V field (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9 of group g; VTQ2X's map) */
-                typedef typename std::conditional<KW == 2, VTQ2X, VTQ2H>::type VF2; /* its table */
-                typename VF2::Regs vr;
-                vr.st.load2x(tk, v2off);
+                /* the classic tile's V record: 3/3 through attn_tq3.cuh (the indices of the lane's token
+                 * pairs), 2-bit through the byte table (tokens 2qq, 2qq + 1, 2qq + 8, 2qq + 9 of group g at
+                 * the lane's offset; VTQ2X's map, VTQ2H's table for 4/2) */
+                typedef typename std::conditional<VW == 3, VF,
+                                                  typename std::conditional<KW == 2, VTQ2X, VTQ2H>::type>::type VFD;
+                typename VFD::Regs vr;
+                if constexpr (VW == 3) VF::load(tv, g, qq, nullptr, vr);
+                else vr.st.load2x(tk, v2off);
                 pfrag(b0, b1);
 #pragma unroll
                 for (int mt = 0; mt < D / 16; mt++) {
                     uint32_t a[4];
-                    VF2::decode(vr, 0, smem, p, (int)lane4, mt, a);
+                    VFD::decode(vr, 0, smem, p, (int)lane4, mt, a);
                     kvq_mma16816(O[mt], a, b0, b1);
                 }
             }

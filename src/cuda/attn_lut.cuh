@@ -28,7 +28,7 @@ constexpr int LUT4_BYTES = 256 * 32 * 4; /* 4-bit table, rows of 128 bytes */
 constexpr int WROW = 256;                /* bytes per row of the wide table */
 constexpr int WLUT = 256 * WROW;         /* 64 KiB */
 constexpr int LUT_W2X = 22;              /* LutDesc.w of the 2-bit byte table (WLUT bytes) */
-constexpr int LUT_W2H = 23;              /* the tests' name of the 2-bit byte table of 16 lanes' copies (build_lut2h) */
+constexpr int LUT_W2H = 23;              /* the tests' name of the 2-bit byte table of 16 lanes' copies (build_lut2x<16>) */
 constexpr int LUT3_BYTES = 64 * WROW;    /* the 3-bit tables: 64 rows of 256 bytes at offset 0 of the LUT region */
 constexpr int LUT3_K = 0, LUT3_V = 128;  /* K's and V's 3-bit table: the rows' first and second halves */
 
@@ -75,24 +75,24 @@ template <int B> KVQ_HD uint2 lut2x(const uint8_t *lut, uint32_t w, uint32_t lan
     return ld64(lut + a);
 #endif
 }
-/* The 2-bit byte table of centroids c (4 entries): 4096 16-byte stores (two lanes' copies of a
- * byte's (low pair, high pair) each; 16 a row), the block's nthreads threads striding over them. */
-__device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nthreads) {
-    for (int e = threadIdx.x; e < 256 * 16; e += nthreads) {
-        const int byte = e >> 4, lo = byte & 15, hi = byte >> 4;
-        const uint32_t a = pack2(c[lo & 3], c[lo >> 2]), b = pack2(c[hi & 3], c[hi >> 2]);
-        *(uint4 *)(dst + byte * WROW + (e & 15) * 16) = make_uint4(a, b, a, b);
-    }
+/* lut2x of byte b of w, b a constant after unrolling (0..3) */
+KVQ_HD uint2 lut2xb(const uint8_t *lut, uint32_t w, int b, uint32_t lane8) {
+    return b == 0 ? lut2x<0>(lut, w, lane8) : b == 1 ? lut2x<1>(lut, w, lane8) : b == 2 ? lut2x<2>(lut, w, lane8)
+                                                                                 : lut2x<3>(lut, w, lane8);
 }
-/* The 2-bit byte table of centroids c with 16 lanes' copies (the wide 4/2 kernel, in the second
- * halves of the 256-byte rows at dst = table + 128): byte b's pairs for lanes l and l + 16 at
- * dst + b * 256 + 8 (l & 15), by 2048 16-byte stores; read by lut2x with lane8 = 8 (l & 15) (an
- * 8-byte load is served per half warp, so lanes l and l + 16 may share a column). */
-__device__ __forceinline__ void build_lut2h(uint8_t *dst, const float *c, int nthreads) {
-    for (int e = threadIdx.x; e < 256 * 8; e += nthreads) {
-        const int byte = e >> 3, lo = byte & 15, hi = byte >> 4;
+/* The 2-bit byte table of centroids c (4 entries) with COPIES lanes' copies a row: byte b's (low
+ * pair, high pair) for lane l at dst + b * 256 + 8 (l % COPIES), by 16-byte stores of two lanes'
+ * copies (COPIES / 2 a row), the block's nthreads threads striding over them. COPIES = 32: the
+ * whole 256-byte rows (lane8 = 8l); 16: the wide 4/2 and 2/4 kernels' table in the rows' second
+ * halves (dst = table + 128; lane8 = 8 (l & 15): an 8-byte load is served per half warp, so lanes
+ * l and l + 16 may share a column). */
+template <int COPIES> __device__ __forceinline__ void build_lut2x(uint8_t *dst, const float *c, int nthreads) {
+    static_assert(COPIES == 32 || COPIES == 16, "a row holds 32 or 16 lanes' copies");
+    constexpr int PER_ROW = COPIES / 2, SHIFT = COPIES == 32 ? 4 : 3; /* 16-byte stores a row, log2 */
+    for (int e = threadIdx.x; e < 256 * PER_ROW; e += nthreads) {
+        const int byte = e >> SHIFT, lo = byte & 15, hi = byte >> 4;
         const uint32_t a = pack2(c[lo & 3], c[lo >> 2]), b = pack2(c[hi & 3], c[hi >> 2]);
-        *(uint4 *)(dst + byte * WROW + (e & 7) * 16) = make_uint4(a, b, a, b);
+        *(uint4 *)(dst + byte * WROW + (e & (PER_ROW - 1)) * 16) = make_uint4(a, b, a, b);
     }
 }
 /* byte B of w (a 6-bit index) looked up in the 3-bit table T (LUT3_K or LUT3_V from the LUT region's
@@ -138,7 +138,7 @@ __device__ __forceinline__ void build_luts(uint8_t *lut, const AttnParams &p) {
         if (L.w == 4) {
             build_lut4<128>(lut + L.off, L.c, blockDim.x);
         } else if (L.w == LUT_W2X) {
-            build_lut2x(lut + L.off, L.c, blockDim.x);
+            build_lut2x<32>(lut + L.off, L.c, blockDim.x);
         } else if (L.w == 3) {
             build_lut3(lut + L.off, L.c, blockDim.x);
         } else if (L.w == 2) {

@@ -73,7 +73,7 @@ struct KTQ2X : KTQ<2> {
     }
 };
 /* tq-mse:2 K at d = 128 through the byte table of 16 lanes' copies in the rows' second halves
- * (build_lut2h; the wide 2/4 kernel): lane l reads column l & 15 */
+ * (build_lut2x<16>; the wide 2/4 kernel): lane l reads column l & 15 */
 struct KTQ2H : KTQ2X {
     KVQ_HD static void decode(const uint8_t *t, int, const uint8_t *lut, const AttnParams &, int r, int qq, int lane4,
                               uint32_t kb[D / 8]) {
@@ -233,7 +233,7 @@ struct VTQ2X : VTQ<2> {
     }
 };
 /* tq-mse:2 V at d = 128 through the byte table of 16 lanes' copies in the rows' second halves
- * (build_lut2h; the wide 4/2 kernel): lane l reads column l & 15 */
+ * (build_lut2x<16>; the wide 4/2 kernel): lane l reads column l & 15 */
 struct VTQ2H : VTQ2X {
     KVQ_HD static void decode(const Regs &r, int, const uint8_t *lut, const AttnParams &, int lane4, int mt,
                               uint32_t a[4]) {
