@@ -184,6 +184,20 @@ int main(void) {
                     test_plan(spec, hot[di], n, (int)(1 + (tu_next(&r) % 11)), (kvq_isa)isa, &r);
                     count++;
                 }
+        /* many queries (AVX-512 VNNI from 8: the records in the lanes, 16 a block, the queries 8 a
+         * pass): record tails 1..15, query tails 1..7, every width */
+        static const size_t nbig[] = {1, 16, 17, 40};
+        static const int qbig[] = {8, 13, 23, 64};
+        for (int k = 1; k <= 4; k++)
+            for (size_t di = 0; di < 3; di++) {
+                char spec[32];
+                snprintf(spec, sizeof spec, "tcq:%d%s", k, di == 1 ? "+scale32" : "");
+                test_plan(spec, hot[di], nbig[(k + di) % 4], qbig[(k + di + pass) % 4], (kvq_isa)isa, &r);
+                count++;
+            }
+        test_plan("tcq:3", 512, 33, 19, (kvq_isa)isa, &r);
+        test_plan("tcq:2+norot", 96, 18, 17, (kvq_isa)isa, &r);
+        count += 2;
     }
     unsetenv("KVQ_NO_VNNI");
     printf("cpu isa: %s, %d spec/dim/isa combinations\n", kvq_isa_name(best), count);

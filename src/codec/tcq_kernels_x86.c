@@ -660,12 +660,127 @@ KVQ_TARGET_AVX512 static inline void score512_all(const int vnni, const tcq_reco
     }
 }
 
+/* ---- AVX-512 VNNI, many queries (prefill): records in the lanes -------------
+ * From TCQ_LANES_NQ queries on, 16 records a block are decoded once for all the queries: h(s_t) of
+ * the 16 records (hval16, 16 values of a record a vector) are transposed (16 x 16 dwords in
+ * registers) to hv[t] = h(s_t) of records 0..15 in the lanes, and then one vpdpbusd adds
+ * q8_jt B(s_it) of value t to the 16 records' sums of query j, q8_jt a broadcast of the query's
+ * stored dword t (its 4 bytes q8_jt: the same products as the value-lane dots above, so the same
+ * integer). 8 queries share each hv load; no horizontal sum (a query's sums are its 16 records'
+ * scores, stored as one vector); the decode costs ~10 instructions per 16 values and record a
+ * block, over all the queries instead of once per 8 (docs/RESULTS.md, "Weights", prefill). */
+#define TCQ_LANES_NQ 8
+
+/* x[r] lane l -> x[l] lane r (a 16 x 16 transpose of dwords: within 128-bit lanes by unpacks,
+ * then the 4 x 4 blocks of 128 bits) */
+KVQ_TARGET_AVX512 static inline void transpose16x16(__m512i x[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    /* u[4a + e] lane q: column 4q + e of rows 4a .. 4a+3 */
+    for (int a = 0; a < 4; a++) {
+        u[4 * a] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xEE);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44),
+                      v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xEE);
+        x[e] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+        x[4 + e] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+        x[8 + e] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+        x[12 + e] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+    }
+}
+
+/* Queries j0 .. j0+m-1 (m <= 8) against the block's 16 records (hv: d rows of 16 dwords; gv their
+ * scales, lanes of absent records 0), stored to the first rb records' scores. */
+KVQ_TARGET_AVX512VNNI static inline void lanes_m(const int m, int d, const uint32_t (*hv)[16], __m512 gv,
+                                                 const float *qp, size_t qstride, size_t n, int rb, float *scores) {
+    const uint32_t *q4[8];
+    __m512i acc[8];
+    for (int j = 0; j < m; j++) {
+        q4[j] = (const uint32_t *)(qp + (size_t)j * qstride + d + 2);
+        acc[j] = _mm512_setzero_si512();
+    }
+    for (int t = 0; t < d; t++) {
+        const __m512i h = _mm512_load_si512(hv[t]);
+        for (int j = 0; j < m; j++) DPBUSD_BCST(acc[j], h, q4[j] + t);
+    }
+    const __mmask16 keep = (__mmask16)((1u << rb) - 1);
+    for (int j = 0; j < m; j++) {
+        const float *q = qp + (size_t)j * qstride;
+        /* tcq_est, lane by lane: g ((float)(isum - 510 sum_t q8_t) qs) */
+        const __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(510 * (int32_t)q[d + 1]));
+        const __m512 e = _mm512_mul_ps(gv, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(q[d])));
+        _mm512_mask_storeu_ps(scores + (size_t)j * n, keep, e);
+    }
+}
+
+KVQ_TARGET_AVX512VNNI static void score512_lanes(const tcq_records *R, const k512 *c, const float *qp,
+                                                 size_t qstride, size_t nq, const uint8_t *codes, size_t n,
+                                                 float *scores) {
+    const int d = R->d, k = R->tc->k;
+    const size_t nb = (size_t)d * k / 8;
+    const uint8_t *lim = codes + n * R->stride;
+    _Alignas(64) uint32_t hv[KVQ_DIM_MAX][16];
+    _Alignas(16) uint8_t buf[16][TCQ_BYTES_MAX + 16];
+    for (size_t i0 = 0; i0 < n; i0 += 16) {
+        const int rb = n - i0 < 16 ? (int)(n - i0) : 16;
+        const uint8_t *b[16];
+        _Alignas(64) float g[16];
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *rec = codes + (i0 + (size_t)(r < rb ? r : 0)) * R->stride; /* absent: record i0 again */
+            b[r] = rec + R->bits_off;
+            if ((size_t)(lim - b[r]) < c->need) { /* the loads would leave the array */
+                memcpy(buf[r], b[r], nb);
+                memset(buf[r] + nb, 0, 16);
+                b[r] = buf[r];
+            }
+            g[r] = r < rb ? scale_avx2(R, rec) : 0.f;
+        }
+        for (int t0 = 0; t0 < d; t0 += 16) {
+            const size_t B = (size_t)(d - 16 - t0) * (size_t)k / 8;
+            __m512i x[16];
+            for (int r = 0; r < 16; r++) x[r] = t0 == 0 ? hval16_wrap(c, b[r], nb) : hval16_at(c, b[r], B);
+            transpose16x16(x);
+            for (int l = 0; l < 16; l++) _mm512_store_si512(hv[t0 + l], x[l]);
+        }
+        const __m512 gv = _mm512_load_ps(g);
+        for (size_t j0 = 0; j0 < nq; j0 += 8) {
+            const float *q = qp + j0 * qstride;
+            float *out = scores + j0 * n + i0;
+            switch (nq - j0 < 8 ? nq - j0 : 8) {
+            case 1: lanes_m(1, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            case 2: lanes_m(2, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            case 3: lanes_m(3, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            case 4: lanes_m(4, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            case 5: lanes_m(5, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            case 6: lanes_m(6, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            case 7: lanes_m(7, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            default: lanes_m(8, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+            }
+        }
+    }
+}
+
 KVQ_TARGET_AVX512 static void score512_plain(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
                                              const uint8_t *codes, size_t n, float *scores) {
     score512_all(0, R, qp, qstride, nq, codes, n, scores);
 }
 KVQ_TARGET_AVX512VNNI static void score512_vnni(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
                                                 const uint8_t *codes, size_t n, float *scores) {
+    const int d = R->d, k = R->tc->k, L = R->tc->L;
+    const size_t nb = (size_t)d * k / 8;
+    if (nq >= TCQ_LANES_NQ && d % 16 == 0 && nb >= 16 && window16_bytes(k, L) <= 4 * (size_t)k) {
+        const k512 c = k512_make(k, L, nb); /* score512_all's conditions: its loads and its wrap */
+        score512_lanes(R, &c, qp, qstride, nq, codes, n, scores);
+        return;
+    }
     score512_all(1, R, qp, qstride, nq, codes, n, scores);
 }
 
