@@ -803,6 +803,17 @@ KVQ_TARGET_AVX512 static inline void accum512_g(const int G, const int vnni, con
         const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
         stream16_init(&st[r], rec + R->bits_off, nb, need, lim);
     }
+    /* more than 8 queries (prefill): the values decoded once for all the query chunks, not once a
+     * chunk (the same values, the same fma order: the same sums) */
+    _Alignas(64) float xs[4][KVQ_DIM_MAX];
+    const int cached = nq > 8;
+    if (cached) {
+        int t = 0;
+        for (; t + 16 <= d; t += 16)
+            for (int r = 0; r < G; r++) _mm512_store_ps(xs[r] + t, raw16(c, &st[r], d, k, t, vnni));
+        if (t < d)
+            for (int r = 0; r < G; r++) _mm256_store_ps(xs[r] + t, raw8(c2, &st[r], d, k, t));
+    }
     for (size_t j0 = 0; j0 < nq; j0 += 8) {
         const size_t m = nq - j0 < 8 ? nq - j0 : 8;
         for (int r = 0; r < G; r++) {
@@ -813,7 +824,7 @@ KVQ_TARGET_AVX512 static inline void accum512_g(const int G, const int vnni, con
         int t0 = 0;
         for (; t0 + 16 <= d; t0 += 16) {
             __m512 x[4];
-            for (int r = 0; r < G; r++) x[r] = raw16(c, &st[r], d, k, t0, vnni);
+            for (int r = 0; r < G; r++) x[r] = cached ? _mm512_load_ps(xs[r] + t0) : raw16(c, &st[r], d, k, t0, vnni);
             for (size_t j = 0; j < m; j++) {
                 float *a = a0 + j * (size_t)d + t0;
                 __m512 v = _mm512_loadu_ps(a);
@@ -823,7 +834,7 @@ KVQ_TARGET_AVX512 static inline void accum512_g(const int G, const int vnni, con
         }
         if (t0 < d) { /* d % 16 == 8 */
             __m256 x[4];
-            for (int r = 0; r < G; r++) x[r] = raw8(c2, &st[r], d, k, t0);
+            for (int r = 0; r < G; r++) x[r] = cached ? _mm256_load_ps(xs[r] + t0) : raw8(c2, &st[r], d, k, t0);
             for (size_t j = 0; j < m; j++) {
                 float *a = a0 + j * (size_t)d + t0;
                 __m256 v = _mm256_loadu_ps(a);
