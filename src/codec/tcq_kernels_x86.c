@@ -391,6 +391,12 @@ KVQ_TARGET_AVX2 static inline void accum_g(const int G, const tcq_records *R, co
         const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
         stream16_init(&st[r], rec + R->bits_off, nb, need, lim);
     }
+    /* more than 8 queries (prefill): the values decoded once for all the passes */
+    _Alignas(32) float xs[4][KVQ_DIM_MAX];
+    const int cached = nq > 8;
+    if (cached)
+        for (int t0 = 0; t0 < d; t0 += 8)
+            for (int r = 0; r < G; r++) _mm256_store_ps(xs[r] + t0, raw8(c, &st[r], d, k, t0));
     for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 queries a pass */
         const size_t m = nq - j0 < 8 ? nq - j0 : 8;
         for (int r = 0; r < G; r++) {
@@ -400,7 +406,7 @@ KVQ_TARGET_AVX2 static inline void accum_g(const int G, const tcq_records *R, co
         float *a0 = acc + j0 * (size_t)d;
         for (int t0 = 0; t0 < d; t0 += 8) {
             __m256 x[4];
-            for (int r = 0; r < G; r++) x[r] = raw8(c, &st[r], d, k, t0);
+            for (int r = 0; r < G; r++) x[r] = cached ? _mm256_load_ps(xs[r] + t0) : raw8(c, &st[r], d, k, t0);
             for (size_t j = 0; j < m; j++) {
                 float *a = a0 + j * (size_t)d + t0;
                 __m256 v = _mm256_loadu_ps(a);
