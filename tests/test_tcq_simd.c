@@ -144,6 +144,23 @@ static void test_plan(const char *spec, int d, size_t n, int nq, kvq_isa isa, tu
     kvq_plan_free(ref);
 }
 
+/* The 8-bit query: tcq_query8_avx2's bytes and floats are the reference's (random q~, an all-zero one,
+ * and values whose products land on .5: lrint's ties to even). */
+static void test_query8(int d, tu_rng *r) {
+    float a[2 * KVQ_DIM_MAX + 2], b[2 * KVQ_DIM_MAX + 2];
+    for (int pass = 0; pass < 3; pass++) {
+        for (int t = 0; t < d; t++)
+            a[t] = pass == 0 ? (float)tu_gauss(r) : pass == 1 ? 0.f : (float)((int)(tu_next(r) % 255) - 127) * 0.25f;
+        if (pass == 2) a[0] = 63.5f; /* m = 63.5: q~ * 2 lands on every half integer */
+        memcpy(b, a, sizeof(float) * (size_t)d);
+        memset(a + d, 0x5a, sizeof(float) * ((size_t)d + 2));
+        memset(b + d, 0x5a, sizeof(float) * ((size_t)d + 2));
+        tcq_query8_ref(d, a);
+        tcq_query8_avx2(d, b);
+        CHECK(!memcmp(a, b, sizeof(float) * (2 * (size_t)d + 2)), "query8 d=%d pass %d: AVX2 != reference", d, pass);
+    }
+}
+
 int main(void) {
     tu_rng r = {1313};
     kvq_isa best = kvq_cpu_isa();
@@ -155,6 +172,8 @@ int main(void) {
                 test_forward(k, Ts[i], (long)(tu_next(&r) % (1u << (12 - k))), &r);
             }
         }
+    if (best >= KVQ_ISA_AVX2)
+        for (int d = 8; d <= KVQ_DIM_MAX; d += d < 64 ? 8 : 56) test_query8(d, &r);
     static const int dims[] = {32, 64, 80, 96, 128, 136, 256, 512};
     static const size_t ns[] = {1, 3, 7, 17, 33, 130};
     static const int nqs[] = {1, 2, 3, 4, 8, 11};

@@ -106,7 +106,7 @@ static void dec(const kvq_plan *p, const uint8_t *code, float *y) {
 /* q~ = R q and its 8-bit form (tcq_kernels.h, "the 8-bit query"). */
 static void prep(const kvq_plan *p, const float *q, float *qp) {
     rot_apply(&p->rot, q, qp);
-    tcq_query8_ref(p->d, qp);
+    tcq_query8(p->d, qp, p->isa);
 }
 
 /* scores[j n + i] = gamma_i sum_t qp_jt f(s_it), qp = R q (the inner product

@@ -81,6 +81,14 @@ void tcq_values(const tcq_code *tc, const uint8_t *bits, int T, float *v, kvq_is
     tcq_values_ref(tc, bits, T, v);
 }
 
+void tcq_query8(int d, float *qp, kvq_isa isa) {
+#if KVQ_X86
+    if (isa >= KVQ_ISA_AVX2 && d % 8 == 0) { tcq_query8_avx2(d, qp); return; }
+#endif
+    (void)isa;
+    tcq_query8_ref(d, qp);
+}
+
 void tcq_score(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                float *scores, kvq_isa isa) {
 #if KVQ_X86

@@ -121,8 +121,11 @@ float tcq_scale(const tcq_records *R, const uint8_t *rec);
  * The rounding of q~ costs ~1e-3 |q~||x| of inner-product error at d = 256
  * (tests/test_tcq.c bounds it), against ~0.1 |q~||x| for tcq:4 itself. */
 #define TCQ_QFLOATS(d) (2 * (size_t)(d) + 2)
-/* [d, 2d + 2) of a prepared query from q~ in qp[0, d). */
+/* [d, 2d + 2) of a prepared query from q~ in qp[0, d); the AVX2 one (d % 8 == 0) gives the same bytes
+ * and floats (the products in double, rounded to nearest even as lrint) */
 void tcq_query8_ref(int d, float *qp);
+void tcq_query8_avx2(int d, float *qp);
+void tcq_query8(int d, float *qp, kvq_isa isa);
 /* B(s) - 510 = f(s) / TCQ_INV_SD, an integer in [-510, 510] */
 int tcq_value_int(uint32_t s);
 

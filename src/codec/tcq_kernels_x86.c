@@ -328,6 +328,35 @@ static inline float tcq_est(float g, int32_t isum, const float *q, int d) {
     return g * ((float)(isum - 510 * (int32_t)q[d + 1]) * q[d]);
 }
 
+/* The 8-bit query (tcq_query8_ref), 8 values a step: |q~|'s max as fmaxf (order-free, NaN ignored),
+ * the products (double) q~_t (127 / m) rounded by cvtpd2dq (nearest even, as lrint), q8_t put in
+ * the 4 bytes of its float by one byte shuffle, the integer sum: the reference's bytes and floats
+ * (the profile of a tcq-weight prefill had tcq_query8_ref and fmaxf at 18% of its time). */
+KVQ_TARGET_AVX2 void tcq_query8_avx2(int d, float *qp) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mv = _mm256_setzero_ps();
+    for (int t = 0; t < d; t += 8) mv = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(qp + t), absmask), mv);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float m = _mm_cvtss_f32(m4);
+    const __m256d inv = _mm256_set1_pd(m > 0 ? 127.0 / (double)m : 0.0);
+    const __m128i lo = _mm_set1_epi32(-127), hi = _mm_set1_epi32(127);
+    const __m128i rep = _mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    uint8_t *q4 = (uint8_t *)(qp + d + 2);
+    __m128i sum = _mm_setzero_si128();
+    for (int t = 0; t < d; t += 4) {
+        __m128i v = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(qp + t)), inv));
+        v = _mm_min_epi32(_mm_max_epi32(v, lo), hi);
+        sum = _mm_add_epi32(sum, v);
+        _mm_storeu_si128((__m128i *)(q4 + 4 * (size_t)t), _mm_shuffle_epi8(v, rep));
+    }
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+    qp[d] = (m / 127.0f) * TCQ_INV_SD;
+    qp[d + 1] = (float)_mm_cvtsi128_si32(sum);
+}
+
 /* Integer scores of n records against m <= 8 prepared queries, 8 values a step:
  * vpmaddubsw (h's bytes times 1: the pair sums, <= 510) then vpmaddwd with q8_t in both 16-bit
  * halves of its lane (the query's 4 bytes q8_t shifted right by 8 as 16-bit words) gives
@@ -566,7 +595,7 @@ KVQ_TARGET_AVX512 static inline __m512i tcq_dot(const int vnni, __m512i acc, __m
 /* Records i .. i+G-1 (G = 1, 2, 4) against m prepared queries (qp, qstride floats apart). The
  * accumulators are one array of <= 8 vectors per record (gcc keeps arrays that small in registers:
  * one of 4 x 8 vectors went to the stack). */
-KVQ_TARGET_AVX512 static inline void score16_gm(const int G, const int m, const int vnni, const tcq_records *R,
+KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score16_gm(const int G, const int m, const int vnni, const tcq_records *R,
                                                 const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
                                                 size_t n, size_t i, float *scores) {
     const int d = R->d, k = R->tc->k;
@@ -628,8 +657,10 @@ KVQ_TARGET_AVX512 static inline void score16_gm(const int G, const int m, const 
 }
 #undef TCQ_DOT
 
-/* All records for m queries: G at a time, then one at a time. */
-KVQ_TARGET_AVX512 static inline void score16_m(const int G, const int m, const int vnni, const tcq_records *R,
+/* All records for m queries: G at a time, then one at a time. These three are always inlined: the
+ * constant vnni, G and m are what makes them fast (an outlined clone with vnni a variable once made
+ * the one-query decode 40% slower). */
+KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score16_m(const int G, const int m, const int vnni, const tcq_records *R,
                                                const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
                                                size_t n, float *scores) {
     size_t i = 0;
@@ -639,7 +670,7 @@ KVQ_TARGET_AVX512 static inline void score16_m(const int G, const int m, const i
 
 /* d % 16 == 0 and a stream of >= 16 bytes whose 16-value windows end within 4k bytes (every plan
  * of L = 12 with d * k >= 128); the AVX2 kernel (the same integers) for the others. */
-KVQ_TARGET_AVX512 static inline void score512_all(const int vnni, const tcq_records *R, const float *qp,
+KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score512_all(const int vnni, const tcq_records *R, const float *qp,
                                                   size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                                                   float *scores) {
     const int d = R->d, k = R->tc->k, L = R->tc->L;
@@ -780,18 +811,25 @@ KVQ_TARGET_AVX512 static void score512_plain(const tcq_records *R, const float *
 }
 KVQ_TARGET_AVX512VNNI static void score512_vnni(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
                                                 const uint8_t *codes, size_t n, float *scores) {
-    const int d = R->d, k = R->tc->k, L = R->tc->L;
-    const size_t nb = (size_t)d * k / 8;
-    if (nq >= TCQ_LANES_NQ && d % 16 == 0 && nb >= 16 && window16_bytes(k, L) <= 4 * (size_t)k) {
-        const k512 c = k512_make(k, L, nb); /* score512_all's conditions: its loads and its wrap */
-        score512_lanes(R, &c, qp, qstride, nq, codes, n, scores);
-        return;
-    }
     score512_all(1, R, qp, qstride, nq, codes, n, scores);
+}
+
+/* records in the lanes: score512_all's conditions (its loads and its wrap) */
+KVQ_TARGET_AVX512VNNI static void score512_lanes_all(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
+                                                     const uint8_t *codes, size_t n, float *scores) {
+    const int k = R->tc->k;
+    const k512 c = k512_make(k, R->tc->L, (size_t)R->d * k / 8);
+    score512_lanes(R, &c, qp, qstride, nq, codes, n, scores);
 }
 
 void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes,
                       size_t n, float *scores) {
+    const int d = R->d, k = R->tc->k;
+    if (R->vnni && nq >= TCQ_LANES_NQ && d % 16 == 0 && (size_t)d * k / 8 >= 16 &&
+        window16_bytes(k, R->tc->L) <= 4 * (size_t)k) {
+        score512_lanes_all(R, qp, qstride, nq, codes, n, scores);
+        return;
+    }
     if (R->vnni) score512_vnni(R, qp, qstride, nq, codes, n, scores);
     else score512_plain(R, qp, qstride, nq, codes, n, scores);
 }
