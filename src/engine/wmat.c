@@ -19,7 +19,6 @@
 #define CODE_ROWS 64
 #define SCORE_ROWS_MIN 32
 #define SCORE_ROWS_MAX 256
-#define SCORE_TMP_FLOATS 16384
 /* Calibration rows at most (spread evenly over the matrix). */
 #define CALIB_ROWS_MAX 8192
 
@@ -504,8 +503,6 @@ int kvq_wmat_matmul(const kvq_wmat *w, kvq_pool *pool, kvq_wmat_ws *ws, const fl
     int64_t per = (w->rows + 4 * nth - 1) / (4 * nth);
     if (per < SCORE_ROWS_MIN) per = SCORE_ROWS_MIN;
     if (per > SCORE_ROWS_MAX) per = SCORE_ROWS_MAX;
-    /* a task's scores of one block (ntok x per floats) stay in the L1/L2 while they are added to Y */
-    if (per > SCORE_ROWS_MIN && ntok * per > SCORE_TMP_FLOATS) per = SCORE_TMP_FLOATS / ntok > SCORE_ROWS_MIN ? SCORE_TMP_FLOATS / ntok : SCORE_ROWS_MIN;
     if ((uint64_t)ntok > SIZE_MAX / 4 / ((size_t)w->nb * w->qfloats * sizeof(float))) return KVQ_ERR_OVERFLOW;
     kvq_wmat_ws local = {0};
     if (!ws) ws = &local; /* no workspace given: one for this call */
