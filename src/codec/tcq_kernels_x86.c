@@ -409,8 +409,9 @@ KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_
 /* Accumulate, G <= 4 records a pass: their values in registers, each
  * accumulator row loaded and stored once for the G records (added in
  * record order, as the reference does). */
-KVQ_TARGET_AVX2 static inline void accum_g(const int G, const tcq_records *R, const vconst *c, const float *w, size_t nq,
-                                           const uint8_t *codes, size_t n, size_t i, float *acc) {
+KVQ_TARGET_AVX2 static inline __attribute__((always_inline)) void accum_g(const int G, const int cached, const tcq_records *R,
+                                                                          const vconst *c, const float *w, size_t nq,
+                                                                          const uint8_t *codes, size_t n, size_t i, float *acc) {
     const int d = R->d, k = R->tc->k;
     const size_t nb = (size_t)d * k / 8, need = window_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
@@ -420,9 +421,8 @@ KVQ_TARGET_AVX2 static inline void accum_g(const int G, const tcq_records *R, co
         const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
         stream16_init(&st[r], rec + R->bits_off, nb, need, lim);
     }
-    /* more than 8 queries (prefill): the values decoded once for all the passes */
+    /* cached (more than 8 queries: prefill, a constant): the values decoded once for all the passes */
     _Alignas(32) float xs[4][KVQ_DIM_MAX];
-    const int cached = nq > 8;
     if (cached)
         for (int t0 = 0; t0 < d; t0 += 8)
             for (int r = 0; r < G; r++) _mm256_store_ps(xs[r] + t0, raw8(c, &st[r], d, k, t0));
@@ -450,8 +450,13 @@ KVQ_TARGET_AVX2 void tcq_accum_avx2(const tcq_records *R, const float *w, size_t
                                     float *acc) {
     const vconst c = vconst_make(R->tc->k, R->tc->L);
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) accum_g(4, R, &c, w, nq, codes, n, i, acc);
-    for (; i < n; i++) accum_g(1, R, &c, w, nq, codes, n, i, acc);
+    if (nq > 8) {
+        for (; i + 4 <= n; i += 4) accum_g(4, 1, R, &c, w, nq, codes, n, i, acc);
+        for (; i < n; i++) accum_g(1, 1, R, &c, w, nq, codes, n, i, acc);
+        return;
+    }
+    for (; i + 4 <= n; i += 4) accum_g(4, 0, R, &c, w, nq, codes, n, i, acc);
+    for (; i < n; i++) accum_g(1, 0, R, &c, w, nq, codes, n, i, acc);
 }
 
 /* ---- AVX-512 (and VNNI) accumulate ---------------------------------------
@@ -835,9 +840,9 @@ void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, siz
 }
 
 /* Accumulate, G <= 4 records a pass (tcq_accum_avx2's order). */
-KVQ_TARGET_AVX512 static inline void accum512_g(const int G, const int vnni, const tcq_records *R, const vconst512 *c,
-                                                const vconst *c2, const float *w, size_t nq, const uint8_t *codes,
-                                                size_t n, size_t i, float *acc) {
+KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void accum512_g(const int G, const int vnni, const int cached,
+                                                const tcq_records *R, const vconst512 *c, const vconst *c2, const float *w,
+                                                size_t nq, const uint8_t *codes, size_t n, size_t i, float *acc) {
     const int d = R->d, k = R->tc->k;
     const size_t nb = (size_t)d * k / 8, need = window16_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
@@ -847,10 +852,10 @@ KVQ_TARGET_AVX512 static inline void accum512_g(const int G, const int vnni, con
         const uint8_t *rec = codes + (i + (size_t)r) * R->stride;
         stream16_init(&st[r], rec + R->bits_off, nb, need, lim);
     }
-    /* more than 8 queries (prefill): the values decoded once for all the query chunks, not once a
-     * chunk (the same values, the same fma order: the same sums) */
+    /* cached (more than 8 queries: prefill): the values decoded once for all the query chunks, not
+     * once a chunk (the same values, the same fma order: the same sums); a constant, so that the
+     * few-query code is the one without the buffer */
     _Alignas(64) float xs[4][KVQ_DIM_MAX];
-    const int cached = nq > 8;
     if (cached) {
         int t = 0;
         for (; t + 16 <= d; t += 16)
@@ -894,8 +899,13 @@ KVQ_TARGET_AVX512 static inline void accum512_all(const int vnni, const tcq_reco
     const vconst512 c = vconst512_make(R->tc->k, R->tc->L);
     const vconst c2 = vconst_make(R->tc->k, R->tc->L);
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) accum512_g(4, vnni, R, &c, &c2, w, nq, codes, n, i, acc);
-    for (; i < n; i++) accum512_g(1, vnni, R, &c, &c2, w, nq, codes, n, i, acc);
+    if (nq > 8) {
+        for (; i + 4 <= n; i += 4) accum512_g(4, vnni, 1, R, &c, &c2, w, nq, codes, n, i, acc);
+        for (; i < n; i++) accum512_g(1, vnni, 1, R, &c, &c2, w, nq, codes, n, i, acc);
+        return;
+    }
+    for (; i + 4 <= n; i += 4) accum512_g(4, vnni, 0, R, &c, &c2, w, nq, codes, n, i, acc);
+    for (; i < n; i++) accum512_g(1, vnni, 0, R, &c, &c2, w, nq, codes, n, i, acc);
 }
 
 KVQ_TARGET_AVX512 static void accum512_plain(const tcq_records *R, const float *w, size_t nq, const uint8_t *codes,
