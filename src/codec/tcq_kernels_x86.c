@@ -36,6 +36,9 @@
 #if KVQ_X86
 #include <immintrin.h>
 
+/* the kernels whose constant arguments (widths, counts, variants) must be folded: always inlined */
+#define AI static inline __attribute__((always_inline))
+
 /* M_{t-1}'s values of 8 states p0 .. p0+7 (p0 % 8 == 0), g = M_{t-1} + (p0 >> k);
  * lane l: group (p0 + l) >> k. k = 1, 2: groups g .. g+3 in both halves (one broadcast
  * load), then an in-lane vpermilps; k = 3, 4: one group, a broadcast. The
@@ -409,9 +412,8 @@ KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_
 /* Accumulate, G <= 4 records a pass: their values in registers, each
  * accumulator row loaded and stored once for the G records (added in
  * record order, as the reference does). */
-KVQ_TARGET_AVX2 static inline __attribute__((always_inline)) void accum_g(const int G, const int cached, const tcq_records *R,
-                                                                          const vconst *c, const float *w, size_t nq,
-                                                                          const uint8_t *codes, size_t n, size_t i, float *acc) {
+KVQ_TARGET_AVX2 AI void accum_g(const int G, const int cached, const tcq_records *R, const vconst *c, const float *w,
+                                size_t nq, const uint8_t *codes, size_t n, size_t i, float *acc) {
     const int d = R->d, k = R->tc->k;
     const size_t nb = (size_t)d * k / 8, need = window_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
@@ -600,9 +602,9 @@ KVQ_TARGET_AVX512 static inline __m512i tcq_dot(const int vnni, __m512i acc, __m
 /* Records i .. i+G-1 (G = 1, 2, 4) against m prepared queries (qp, qstride floats apart). The
  * accumulators are one array of <= 8 vectors per record (gcc keeps arrays that small in registers:
  * one of 4 x 8 vectors went to the stack). */
-KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score16_gm(const int G, const int m, const int vnni, const tcq_records *R,
-                                                const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
-                                                size_t n, size_t i, float *scores) {
+KVQ_TARGET_AVX512 AI void score16_gm(const int G, const int m, const int vnni, const tcq_records *R, const k512 *c,
+                                    const float *qp, size_t qstride, const uint8_t *codes, size_t n, size_t i,
+                                    float *scores) {
     const int d = R->d, k = R->tc->k;
     const size_t nb = (size_t)d * k / 8;
     const uint8_t *lim = codes + n * R->stride;
@@ -662,12 +664,11 @@ KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score16_gm(c
 }
 #undef TCQ_DOT
 
-/* All records for m queries: G at a time, then one at a time. These three are always inlined: the
- * constant vnni, G and m are what makes them fast (an outlined clone with vnni a variable once made
- * the one-query decode 40% slower). */
-KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score16_m(const int G, const int m, const int vnni, const tcq_records *R,
-                                               const k512 *c, const float *qp, size_t qstride, const uint8_t *codes,
-                                               size_t n, float *scores) {
+/* All records for m queries: G at a time, then one at a time. score16_gm, score16_m and
+ * score512_all are always inlined: the constant vnni, G and m are what makes them fast (an outlined
+ * clone with vnni a variable once made the one-query decode 40% slower). */
+KVQ_TARGET_AVX512 AI void score16_m(const int G, const int m, const int vnni, const tcq_records *R, const k512 *c,
+                                   const float *qp, size_t qstride, const uint8_t *codes, size_t n, float *scores) {
     size_t i = 0;
     for (; i + (size_t)G <= n; i += (size_t)G) score16_gm(G, m, vnni, R, c, qp, qstride, codes, n, i, scores);
     for (; i < n; i++) score16_gm(1, m, vnni, R, c, qp, qstride, codes, n, i, scores);
@@ -675,9 +676,8 @@ KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score16_m(co
 
 /* d % 16 == 0 and a stream of >= 16 bytes whose 16-value windows end within 4k bytes (every plan
  * of L = 12 with d * k >= 128); the AVX2 kernel (the same integers) for the others. */
-KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void score512_all(const int vnni, const tcq_records *R, const float *qp,
-                                                  size_t qstride, size_t nq, const uint8_t *codes, size_t n,
-                                                  float *scores) {
+KVQ_TARGET_AVX512 AI void score512_all(const int vnni, const tcq_records *R, const float *qp, size_t qstride,
+                                      size_t nq, const uint8_t *codes, size_t n, float *scores) {
     const int d = R->d, k = R->tc->k, L = R->tc->L;
     const size_t nb = (size_t)d * k / 8;
     if (d % 16 || nb < 16 || window16_bytes(k, L) > 4 * (size_t)k) {
@@ -840,9 +840,9 @@ void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, siz
 }
 
 /* Accumulate, G <= 4 records a pass (tcq_accum_avx2's order). */
-KVQ_TARGET_AVX512 static inline __attribute__((always_inline)) void accum512_g(const int G, const int vnni, const int cached,
-                                                const tcq_records *R, const vconst512 *c, const vconst *c2, const float *w,
-                                                size_t nq, const uint8_t *codes, size_t n, size_t i, float *acc) {
+KVQ_TARGET_AVX512 AI void accum512_g(const int G, const int vnni, const int cached, const tcq_records *R,
+                                    const vconst512 *c, const vconst *c2, const float *w, size_t nq,
+                                    const uint8_t *codes, size_t n, size_t i, float *acc) {
     const int d = R->d, k = R->tc->k;
     const size_t nb = (size_t)d * k / 8, need = window16_bytes(k, R->tc->L);
     const uint8_t *lim = codes + n * R->stride;
