@@ -703,15 +703,19 @@ KVQ_TARGET_AVX512 AI void score512_all(const int vnni, const tcq_records *R, con
 }
 
 /* ---- AVX-512 VNNI, many queries (prefill): records in the lanes -------------
- * From TCQ_LANES_NQ queries on, 16 records a block are decoded once for all the queries: h(s_t) of
- * the 16 records (hval16, 16 values of a record a vector) are transposed (16 x 16 dwords in
- * registers) to hv[t] = h(s_t) of records 0..15 in the lanes, and then one vpdpbusd adds
- * q8_jt B(s_it) of value t to the 16 records' sums of query j, q8_jt a broadcast of the query's
- * stored dword t (its 4 bytes q8_jt: the same products as the value-lane dots above, so the same
- * integer). 8 queries share each hv load; no horizontal sum (a query's sums are its 16 records'
- * scores, stored as one vector); the decode costs ~10 instructions per 16 values and record a
- * block, over all the queries instead of once per 8 (docs/RESULTS.md, "Weights", prefill). */
+ * From TCQ_LANES_NQ queries on (d % 32 == 0), 16 records a block are decoded once for all the
+ * queries of a pass of up to TCQ_LANES_QC: v_t = B(s_t) - 510 (hval16, then one vpdpbusd of h's
+ * bytes by 1 onto -510; |v| <= 510) as signed 16-bit pairs (v_2p, v_2p+1), 16 pairs of a record a
+ * vector, transposed (16 x 16 dwords in registers) to hv[p] = pair p of records 0..15 in the lanes.
+ * The pass's queries are put once in the same pair form (q8_2p, q8_2p+1) (their stored dwords
+ * shifted right by 24: q8_t sign-extended, then packed to 16 bits). One vpdpwssd, the query's pair
+ * broadcast from memory, then adds v_2p q8_2p + v_2p+1 q8_2p+1 to the 16 records' sums of a query:
+ * 32 multiply-adds an instruction (the value-lane dots above: 16), 8 queries sharing each hv load,
+ * no horizontal sum, a query's 16 sums stored as one vector. The sum is the reference's integer
+ * sum_t q8_t (B(s_t) - 510) exactly (|sum| <= 512 * 510 * 127 < 2^31), so the scores are its bit for
+ * bit (docs/RESULTS.md, "tcq prefill: records in the lanes"). */
 #define TCQ_LANES_NQ 8
+#define TCQ_LANES_QC 32 /* queries a pass: their pairs take TCQ_LANES_QC * d * 2 bytes of stack */
 
 /* x[r] lane l -> x[l] lane r (a 16 x 16 transpose of dwords: within 128-bit lanes by unpacks,
  * then the 4 x 4 blocks of 128 bits) */
@@ -739,26 +743,30 @@ KVQ_TARGET_AVX512 static inline void transpose16x16(__m512i x[16]) {
     }
 }
 
-/* Queries j0 .. j0+m-1 (m <= 8) against the block's 16 records (hv: d rows of 16 dwords; gv their
- * scales, lanes of absent records 0), stored to the first rb records' scores. */
-KVQ_TARGET_AVX512VNNI static inline void lanes_m(const int m, int d, const uint32_t (*hv)[16], __m512 gv,
-                                                 const float *qp, size_t qstride, size_t n, int rb, float *scores) {
-    const uint32_t *q4[8];
+/* v_t - the centred integer B(s_t) - 510 - of 16 values whose h(s) are in h, as 16-bit words */
+KVQ_TARGET_AVX512VNNI static inline __m256i centred16(__m512i h) {
+    __m512i v = _mm512_set1_epi32(-510);
+    DPBUSD(v, h, _mm512_set1_epi8(1));
+    return _mm512_cvtepi32_epi16(v);
+}
+
+/* Queries j0 .. j0+m-1 (m <= 8; qpair: their (q8_2p, q8_2p+1) dwords, d / 2 a query) against the
+ * block's 16 records (hv: d / 2 rows of 16 pairs; gv their scales, lanes of absent records 0),
+ * stored to the first rb records' scores. */
+KVQ_TARGET_AVX512VNNI AI void lanes_m(const int m, int d, const uint32_t (*hv)[16], const uint32_t *qpair, __m512 gv,
+                                      const float *qp, size_t qstride, size_t n, int rb, float *scores) {
+    const int np = d / 2;
     __m512i acc[8];
-    for (int j = 0; j < m; j++) {
-        q4[j] = (const uint32_t *)(qp + (size_t)j * qstride + d + 2);
-        acc[j] = _mm512_setzero_si512();
-    }
-    for (int t = 0; t < d; t++) {
-        const __m512i h = _mm512_load_si512(hv[t]);
-        for (int j = 0; j < m; j++) DPBUSD_BCST(acc[j], h, q4[j] + t);
+    for (int j = 0; j < m; j++) acc[j] = _mm512_setzero_si512();
+    for (int p = 0; p < np; p++) {
+        const __m512i h = _mm512_load_si512(hv[p]);
+        for (int j = 0; j < m; j++) DPWSSD_BCST(acc[j], h, qpair + (size_t)j * np + p);
     }
     const __mmask16 keep = (__mmask16)((1u << rb) - 1);
     for (int j = 0; j < m; j++) {
-        const float *q = qp + (size_t)j * qstride;
-        /* tcq_est, lane by lane: g ((float)(isum - 510 sum_t q8_t) qs) */
-        const __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(510 * (int32_t)q[d + 1]));
-        const __m512 e = _mm512_mul_ps(gv, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(q[d])));
+        /* tcq_est, lane by lane: g ((float) isum qs), the sum already centred */
+        const float qs = qp[(size_t)j * qstride + d];
+        const __m512 e = _mm512_mul_ps(gv, _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_set1_ps(qs)));
         _mm512_mask_storeu_ps(scores + (size_t)j * n, keep, e);
     }
 }
@@ -766,45 +774,61 @@ KVQ_TARGET_AVX512VNNI static inline void lanes_m(const int m, int d, const uint3
 KVQ_TARGET_AVX512VNNI static void score512_lanes(const tcq_records *R, const k512 *c, const float *qp,
                                                  size_t qstride, size_t nq, const uint8_t *codes, size_t n,
                                                  float *scores) {
-    const int d = R->d, k = R->tc->k;
+    const int d = R->d, k = R->tc->k, np = d / 2;
     const size_t nb = (size_t)d * k / 8;
     const uint8_t *lim = codes + n * R->stride;
-    _Alignas(64) uint32_t hv[KVQ_DIM_MAX][16];
+    _Alignas(64) uint32_t hv[KVQ_DIM_MAX / 2][16];
+    _Alignas(64) uint32_t qpair[TCQ_LANES_QC * (KVQ_DIM_MAX / 2)];
     _Alignas(16) uint8_t buf[16][TCQ_BYTES_MAX + 16];
-    for (size_t i0 = 0; i0 < n; i0 += 16) {
-        const int rb = n - i0 < 16 ? (int)(n - i0) : 16;
-        const uint8_t *b[16];
-        _Alignas(64) float g[16];
-        for (int r = 0; r < 16; r++) {
-            const uint8_t *rec = codes + (i0 + (size_t)(r < rb ? r : 0)) * R->stride; /* absent: record i0 again */
-            b[r] = rec + R->bits_off;
-            if ((size_t)(lim - b[r]) < c->need) { /* the loads would leave the array */
-                memcpy(buf[r], b[r], nb);
-                memset(buf[r] + nb, 0, 16);
-                b[r] = buf[r];
+    for (size_t q0 = 0; q0 < nq; q0 += TCQ_LANES_QC) {
+        const size_t qc = nq - q0 < TCQ_LANES_QC ? nq - q0 : TCQ_LANES_QC;
+        for (size_t j = 0; j < qc; j++) { /* the pass's queries as 16-bit pairs */
+            const float *q4 = qp + (q0 + j) * qstride + d + 2;
+            for (int t = 0; t < d; t += 16) {
+                const __m512i x = _mm512_srai_epi32(_mm512_loadu_si512(q4 + t), 24);
+                _mm256_store_si256((__m256i *)(qpair + j * (size_t)np + t / 2), _mm512_cvtepi32_epi16(x));
             }
-            g[r] = r < rb ? scale_avx2(R, rec) : 0.f;
         }
-        for (int t0 = 0; t0 < d; t0 += 16) {
-            const size_t B = (size_t)(d - 16 - t0) * (size_t)k / 8;
-            __m512i x[16];
-            for (int r = 0; r < 16; r++) x[r] = t0 == 0 ? hval16_wrap(c, b[r], nb) : hval16_at(c, b[r], B);
-            transpose16x16(x);
-            for (int l = 0; l < 16; l++) _mm512_store_si512(hv[t0 + l], x[l]);
-        }
-        const __m512 gv = _mm512_load_ps(g);
-        for (size_t j0 = 0; j0 < nq; j0 += 8) {
-            const float *q = qp + j0 * qstride;
-            float *out = scores + j0 * n + i0;
-            switch (nq - j0 < 8 ? nq - j0 : 8) {
-            case 1: lanes_m(1, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            case 2: lanes_m(2, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            case 3: lanes_m(3, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            case 4: lanes_m(4, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            case 5: lanes_m(5, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            case 6: lanes_m(6, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            case 7: lanes_m(7, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
-            default: lanes_m(8, d, (const uint32_t (*)[16])hv, gv, q, qstride, n, rb, out); break;
+        for (size_t i0 = 0; i0 < n; i0 += 16) {
+            const int rb = n - i0 < 16 ? (int)(n - i0) : 16;
+            const uint8_t *b[16];
+            _Alignas(64) float g[16];
+            for (int r = 0; r < 16; r++) {
+                const uint8_t *rec = codes + (i0 + (size_t)(r < rb ? r : 0)) * R->stride; /* absent: record i0 again */
+                b[r] = rec + R->bits_off;
+                if ((size_t)(lim - b[r]) < c->need) { /* the loads would leave the array */
+                    memcpy(buf[r], b[r], nb);
+                    memset(buf[r] + nb, 0, 16);
+                    b[r] = buf[r];
+                }
+                g[r] = r < rb ? scale_avx2(R, rec) : 0.f;
+            }
+            for (int t0 = 0; t0 < d; t0 += 32) { /* values t0 .. t0+31: pairs t0/2 .. t0/2+15 */
+                const size_t B1 = (size_t)(d - 32 - t0) * (size_t)k / 8;
+                __m512i x[16];
+                for (int r = 0; r < 16; r++) {
+                    const __m512i h0 = t0 == 0 ? hval16_wrap(c, b[r], nb) : hval16_at(c, b[r], B1 + 2 * (size_t)k);
+                    x[r] = _mm512_inserti64x4(_mm512_castsi256_si512(centred16(h0)), centred16(hval16_at(c, b[r], B1)), 1);
+                }
+                transpose16x16(x);
+                for (int l = 0; l < 16; l++) _mm512_store_si512(hv[t0 / 2 + l], x[l]);
+            }
+            const __m512 gv = _mm512_load_ps(g);
+            for (size_t j0 = 0; j0 < qc; j0 += 8) {
+                const uint32_t *qj = qpair + j0 * (size_t)np;
+                const float *q = qp + (q0 + j0) * qstride;
+                float *out = scores + (q0 + j0) * n + i0;
+                const uint32_t (*h)[16] = (const uint32_t (*)[16])hv;
+                switch (qc - j0 < 8 ? qc - j0 : 8) {
+                case 1: lanes_m(1, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 2: lanes_m(2, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 3: lanes_m(3, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 4: lanes_m(4, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 5: lanes_m(5, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 6: lanes_m(6, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 7: lanes_m(7, d, h, qj, gv, q, qstride, n, rb, out); break;
+                default: lanes_m(8, d, h, qj, gv, q, qstride, n, rb, out); break;
+                }
             }
         }
     }
@@ -830,7 +854,7 @@ KVQ_TARGET_AVX512VNNI static void score512_lanes_all(const tcq_records *R, const
 void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes,
                       size_t n, float *scores) {
     const int d = R->d, k = R->tc->k;
-    if (R->vnni && nq >= TCQ_LANES_NQ && d % 16 == 0 && (size_t)d * k / 8 >= 16 &&
+    if (R->vnni && nq >= TCQ_LANES_NQ && d % 32 == 0 && (size_t)d * k / 8 >= 16 &&
         window16_bytes(k, R->tc->L) <= 4 * (size_t)k) {
         score512_lanes_all(R, qp, qstride, nq, codes, n, scores);
         return;

@@ -58,8 +58,8 @@ KVQ_TARGET_AVX512 static inline __m512 ld16_bf16(const void *p) {
  * instruction in the integer value loops (two moves each, and spills: ~30%
  * of those kernels' time). Needs an AVX-512 VNNI target. */
 #define DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
-/* the same with b one dword at p broadcast to the 16 lanes (an embedded-broadcast memory operand) */
-#define DPBUSD_BCST(acc, a, p) __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const uint32_t *)(p)))
+/* acc += a . b per dword over signed 16-bit pairs (vpdpwssd), b the dword at p broadcast */
+#define DPWSSD_BCST(acc, a, p) __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const uint32_t *)(p)))
 
 #endif
 #endif
