@@ -276,14 +276,19 @@ KVQ_TARGET_AVX2 static inline vconst vconst_make(int k, int L) {
     return c;
 }
 
-/* (float)(sum - 510) of the values t0 .. t0+7: f / TCQ_INV_SD, exactly. */
-KVQ_TARGET_AVX2 static inline __m256 raw8(const vconst *c, const stream16 *w, int T, int k, int t0) {
+/* sum - 510, the centred integer value B(s_t) - 510, of the values t0 .. t0+7 */
+KVQ_TARGET_AVX2 static inline __m256i centred8(const vconst *c, const stream16 *w, int T, int k, int t0) {
     const __m128i b16 = _mm_loadu_si128((const __m128i *)stream16_at(w, (size_t)((T - 8 - t0) * k / 8)));
     const __m256i b = _mm256_broadcastsi128_si256(b16);
     __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, c->shuf), c->shift), c->mask);
     h = _mm256_add_epi32(_mm256_mullo_epi32(h, c->mul), c->add);
     const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(h, c->ones8), c->ones16);
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, c->c510));
+    return _mm256_sub_epi32(sum, c->c510);
+}
+
+/* (float)(sum - 510) of the values t0 .. t0+7: f / TCQ_INV_SD, exactly. */
+KVQ_TARGET_AVX2 static inline __m256 raw8(const vconst *c, const stream16 *w, int T, int k, int t0) {
+    return _mm256_cvtepi32_ps(centred8(c, w, T, k, t0));
 }
 
 /* the record's scale (F16C: the exact conversion, as kvq_f16_to_f32) */
@@ -389,8 +394,130 @@ KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, co
     }
 }
 
+/* ---- many queries (prefill): records in the lanes ----------------------------
+ * From TCQ_LANES_NQ queries on, the records' centred values v_t = B(s_t) - 510 (|v| <= 510) are
+ * decoded once for a pass of up to TCQ_LANES_QC queries as signed 16-bit pairs (v_2p, v_2p+1),
+ * transposed so that a vector holds pair p of 8 (AVX2) or 16 (AVX-512 VNNI, below) records, and
+ * the pass's queries are put once in the same pair form (q8_2p, q8_2p+1) (their stored dwords
+ * shifted right by 24: q8_t sign-extended, then packed to 16 bits). One vpmaddwd + vpaddd (AVX2) or
+ * one vpdpwssd (VNNI), the query's pair broadcast, then adds v_2p q8_2p + v_2p+1 q8_2p+1 to the
+ * records' sums of a query: no horizontal sum, a query's sums stored as one vector, 8 queries
+ * sharing each load of the records' pairs. The sum is the reference's integer
+ * sum_t q8_t (B(s_t) - 510) exactly (|sum| <= 512 * 510 * 127 < 2^31), so the scores are its bit for
+ * bit (docs/RESULTS.md, "tcq prefill: records in the lanes"). */
+#define TCQ_LANES_NQ 8
+#define TCQ_LANES_QC 32 /* queries a pass: their pairs take TCQ_LANES_QC * d * 2 bytes of stack */
+
+/* the pass's queries qp (qc of them, qstride floats apart) as (q8_2p, q8_2p+1) pairs, d / 2 a query */
+KVQ_TARGET_AVX2 static inline void query_pairs(int d, const float *qp, size_t qstride, size_t qc, uint32_t *qpair) {
+    for (size_t j = 0; j < qc; j++) {
+        const float *q4 = qp + j * qstride + d + 2;
+        for (int t = 0; t < d; t += 16) {
+            const __m256i a = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(q4 + t)), 24);
+            const __m256i b = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(q4 + t + 8)), 24);
+            _mm256_storeu_si256((__m256i *)(qpair + j * (size_t)(d / 2) + t / 2),
+                                _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
+        }
+    }
+}
+
+/* x[r] lane l -> x[l] lane r (an 8 x 8 transpose of dwords) */
+KVQ_TARGET_AVX2 static inline void transpose8x8(__m256i x[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    /* u[4a + e] 128-bit lane q: column 4q + e of rows 4a .. 4a+3 */
+    for (int a = 0; a < 2; a++) {
+        u[4 * a] = _mm256_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 1] = _mm256_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 2] = _mm256_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+        u[4 * a + 3] = _mm256_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        x[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20);
+        x[4 + e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
+    }
+}
+
+/* Queries j0 .. j0+m-1 (m <= 8; qpair: their pairs) against 8 records (hv: d / 2 rows of 8 pairs; gv
+ * their scales, lanes of absent records 0), stored to the first rb records' scores. */
+KVQ_TARGET_AVX2 AI void lanes8_m(const int m, int d, const uint32_t (*hv)[8], const uint32_t *qpair, __m256 gv,
+                                 const float *qp, size_t qstride, size_t n, int rb, float *scores) {
+    const int np = d / 2;
+    __m256i acc[8];
+    for (int j = 0; j < m; j++) acc[j] = _mm256_setzero_si256();
+    for (int p = 0; p < np; p++) {
+        const __m256i h = _mm256_load_si256((const __m256i *)hv[p]);
+        for (int j = 0; j < m; j++)
+            acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(h, _mm256_set1_epi32((int)qpair[(size_t)j * np + p])));
+    }
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(rb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int j = 0; j < m; j++) {
+        /* tcq_est, lane by lane: g ((float) isum qs), the sum already centred */
+        const float qs = qp[(size_t)j * qstride + d];
+        const __m256 e = _mm256_mul_ps(gv, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j]), _mm256_set1_ps(qs)));
+        _mm256_maskstore_ps(scores + (size_t)j * n, keep, e);
+    }
+}
+
+/* d % 16 == 0, nq >= TCQ_LANES_NQ */
+KVQ_TARGET_AVX2 static void score256_lanes(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
+                                           const uint8_t *codes, size_t n, float *scores) {
+    const int d = R->d, k = R->tc->k, np = d / 2;
+    const vconst c = vconst_make(k, R->tc->L);
+    const size_t nb = (size_t)d * k / 8, need = window_bytes(k, R->tc->L);
+    const uint8_t *lim = codes + n * R->stride;
+    _Alignas(32) uint32_t hv[KVQ_DIM_MAX / 2][8];
+    uint32_t qpair[TCQ_LANES_QC * (KVQ_DIM_MAX / 2)];
+    for (size_t q0 = 0; q0 < nq; q0 += TCQ_LANES_QC) {
+        const size_t qc = nq - q0 < TCQ_LANES_QC ? nq - q0 : TCQ_LANES_QC;
+        query_pairs(d, qp + q0 * qstride, qstride, qc, qpair);
+        for (size_t i0 = 0; i0 < n; i0 += 8) {
+            const int rb = n - i0 < 8 ? (int)(n - i0) : 8;
+            stream16 w[8];
+            _Alignas(32) float g[8];
+            for (int r = 0; r < 8; r++) {
+                const uint8_t *rec = codes + (i0 + (size_t)(r < rb ? r : 0)) * R->stride; /* absent: record i0 again */
+                stream16_init(&w[r], rec + R->bits_off, nb, need, lim);
+                g[r] = r < rb ? scale_avx2(R, rec) : 0.f;
+            }
+            for (int t0 = 0; t0 < d; t0 += 16) { /* values t0 .. t0+15: pairs t0/2 .. t0/2+7 */
+                __m256i x[8];
+                for (int r = 0; r < 8; r++)
+                    x[r] = _mm256_permute4x64_epi64(
+                        _mm256_packs_epi32(centred8(&c, &w[r], d, k, t0), centred8(&c, &w[r], d, k, t0 + 8)), 0xD8);
+                transpose8x8(x);
+                for (int l = 0; l < 8; l++) _mm256_store_si256((__m256i *)hv[t0 / 2 + l], x[l]);
+            }
+            const __m256 gv = _mm256_load_ps(g);
+            for (size_t j0 = 0; j0 < qc; j0 += 8) {
+                const uint32_t *qj = qpair + j0 * (size_t)np;
+                const float *q = qp + (q0 + j0) * qstride;
+                float *out = scores + (q0 + j0) * n + i0;
+                const uint32_t (*h)[8] = (const uint32_t (*)[8])hv;
+                switch (qc - j0 < 8 ? qc - j0 : 8) {
+                case 1: lanes8_m(1, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 2: lanes8_m(2, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 3: lanes8_m(3, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 4: lanes8_m(4, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 5: lanes8_m(5, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 6: lanes8_m(6, d, h, qj, gv, q, qstride, n, rb, out); break;
+                case 7: lanes8_m(7, d, h, qj, gv, q, qstride, n, rb, out); break;
+                default: lanes8_m(8, d, h, qj, gv, q, qstride, n, rb, out); break;
+                }
+            }
+        }
+    }
+}
+
 KVQ_TARGET_AVX2 void tcq_score_avx2(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
                                     const uint8_t *codes, size_t n, float *scores) {
+    if (nq >= TCQ_LANES_NQ && R->d % 16 == 0) {
+        score256_lanes(R, qp, qstride, nq, codes, n, scores);
+        return;
+    }
     const vconst c = vconst_make(R->tc->k, R->tc->L);
     for (size_t j0 = 0; j0 < nq; j0 += 8) { /* 8 queries a pass over the records */
         const size_t m = nq - j0 < 8 ? nq - j0 : 8;
@@ -702,21 +829,8 @@ KVQ_TARGET_AVX512 AI void score512_all(const int vnni, const tcq_records *R, con
     }
 }
 
-/* ---- AVX-512 VNNI, many queries (prefill): records in the lanes -------------
- * From TCQ_LANES_NQ queries on (d % 32 == 0), 16 records a block are decoded once for all the
- * queries of a pass of up to TCQ_LANES_QC: v_t = B(s_t) - 510 (hval16, then one vpdpbusd of h's
- * bytes by 1 onto -510; |v| <= 510) as signed 16-bit pairs (v_2p, v_2p+1), 16 pairs of a record a
- * vector, transposed (16 x 16 dwords in registers) to hv[p] = pair p of records 0..15 in the lanes.
- * The pass's queries are put once in the same pair form (q8_2p, q8_2p+1) (their stored dwords
- * shifted right by 24: q8_t sign-extended, then packed to 16 bits). One vpdpwssd, the query's pair
- * broadcast from memory, then adds v_2p q8_2p + v_2p+1 q8_2p+1 to the 16 records' sums of a query:
- * 32 multiply-adds an instruction (the value-lane dots above: 16), 8 queries sharing each hv load,
- * no horizontal sum, a query's 16 sums stored as one vector. The sum is the reference's integer
- * sum_t q8_t (B(s_t) - 510) exactly (|sum| <= 512 * 510 * 127 < 2^31), so the scores are its bit for
- * bit (docs/RESULTS.md, "tcq prefill: records in the lanes"). */
-#define TCQ_LANES_NQ 8
-#define TCQ_LANES_QC 32 /* queries a pass: their pairs take TCQ_LANES_QC * d * 2 bytes of stack */
-
+/* ---- AVX-512 VNNI, many queries (prefill): 16 records in the lanes (the AVX2 section above says how),
+ * d % 32 == 0: a record's 16 pairs a vector from two 16-value groups, one vpdpwssd a pair and query */
 /* x[r] lane l -> x[l] lane r (a 16 x 16 transpose of dwords: within 128-bit lanes by unpacks,
  * then the 4 x 4 blocks of 128 bits) */
 KVQ_TARGET_AVX512 static inline void transpose16x16(__m512i x[16]) {
@@ -857,6 +971,12 @@ void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, siz
     if (R->vnni && nq >= TCQ_LANES_NQ && d % 32 == 0 && (size_t)d * k / 8 >= 16 &&
         window16_bytes(k, R->tc->L) <= 4 * (size_t)k) {
         score512_lanes_all(R, qp, qstride, nq, codes, n, scores);
+        return;
+    }
+    /* no vpdpwssd: the AVX2 lanes kernel, from 32 queries (0.74-0.94x the 16-lane value dots at 8-16
+     * queries, 1.07-1.43x at 64-256: bench/results/tcq-prefill-2026-12-04/kb_avx2b.json) */
+    if (!R->vnni && nq >= 4 * TCQ_LANES_NQ && d % 16 == 0) {
+        tcq_score_avx2(R, qp, qstride, nq, codes, n, scores);
         return;
     }
     if (R->vnni) score512_vnni(R, qp, qstride, nq, codes, n, scores);
