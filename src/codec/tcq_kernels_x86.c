@@ -407,6 +407,18 @@ KVQ_TARGET_AVX2 static inline void score_m(const int m, const tcq_records *R, co
  * bit (docs/RESULTS.md, "tcq prefill: records in the lanes"). */
 #define TCQ_LANES_NQ 8
 #define TCQ_LANES_QC 32 /* queries a pass: their pairs take TCQ_LANES_QC * d * 2 bytes of stack */
+/* F(m, ...) with m = 1..8 a constant in each call (the lanes kernels' query count) */
+#define TCQ_BY_M(m, F, ...)                                                                         \
+    switch (m) {                                                                                    \
+    case 1: F(1, __VA_ARGS__); break;                                                               \
+    case 2: F(2, __VA_ARGS__); break;                                                               \
+    case 3: F(3, __VA_ARGS__); break;                                                               \
+    case 4: F(4, __VA_ARGS__); break;                                                               \
+    case 5: F(5, __VA_ARGS__); break;                                                               \
+    case 6: F(6, __VA_ARGS__); break;                                                               \
+    case 7: F(7, __VA_ARGS__); break;                                                               \
+    default: F(8, __VA_ARGS__); break;                                                              \
+    }
 
 /* the pass's queries qp (qc of them, qstride floats apart) as (q8_2p, q8_2p+1) pairs, d / 2 a query */
 KVQ_TARGET_AVX2 static inline void query_pairs(int d, const float *qp, size_t qstride, size_t qc, uint32_t *qpair) {
@@ -497,16 +509,7 @@ KVQ_TARGET_AVX2 static void score256_lanes(const tcq_records *R, const float *qp
                 const float *q = qp + (q0 + j0) * qstride;
                 float *out = scores + (q0 + j0) * n + i0;
                 const uint32_t (*h)[8] = (const uint32_t (*)[8])hv;
-                switch (qc - j0 < 8 ? qc - j0 : 8) {
-                case 1: lanes8_m(1, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 2: lanes8_m(2, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 3: lanes8_m(3, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 4: lanes8_m(4, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 5: lanes8_m(5, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 6: lanes8_m(6, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 7: lanes8_m(7, d, h, qj, gv, q, qstride, n, rb, out); break;
-                default: lanes8_m(8, d, h, qj, gv, q, qstride, n, rb, out); break;
-                }
+                TCQ_BY_M(qc - j0 < 8 ? qc - j0 : 8, lanes8_m, d, h, qj, gv, q, qstride, n, rb, out);
             }
         }
     }
@@ -933,16 +936,7 @@ KVQ_TARGET_AVX512VNNI static void score512_lanes(const tcq_records *R, const k51
                 const float *q = qp + (q0 + j0) * qstride;
                 float *out = scores + (q0 + j0) * n + i0;
                 const uint32_t (*h)[16] = (const uint32_t (*)[16])hv;
-                switch (qc - j0 < 8 ? qc - j0 : 8) {
-                case 1: lanes_m(1, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 2: lanes_m(2, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 3: lanes_m(3, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 4: lanes_m(4, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 5: lanes_m(5, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 6: lanes_m(6, d, h, qj, gv, q, qstride, n, rb, out); break;
-                case 7: lanes_m(7, d, h, qj, gv, q, qstride, n, rb, out); break;
-                default: lanes_m(8, d, h, qj, gv, q, qstride, n, rb, out); break;
-                }
+                TCQ_BY_M(qc - j0 < 8 ? qc - j0 : 8, lanes_m, d, h, qj, gv, q, qstride, n, rb, out);
             }
         }
     }
