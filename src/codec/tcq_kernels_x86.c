@@ -806,11 +806,16 @@ KVQ_TARGET_AVX512 AI void score16_m(const int G, const int m, const int vnni, co
 
 /* d % 16 == 0 and a stream of >= 16 bytes whose 16-value windows end within 4k bytes (every plan
  * of L = 12 with d * k >= 128); the AVX2 kernel (the same integers) for the others. */
+static inline int k512_ok(const tcq_records *R) {
+    const int d = R->d, k = R->tc->k;
+    return d % 16 == 0 && (size_t)d * k / 8 >= 16 && window16_bytes(k, R->tc->L) <= 4 * (size_t)k;
+}
+
 KVQ_TARGET_AVX512 AI void score512_all(const int vnni, const tcq_records *R, const float *qp, size_t qstride,
                                       size_t nq, const uint8_t *codes, size_t n, float *scores) {
     const int d = R->d, k = R->tc->k, L = R->tc->L;
     const size_t nb = (size_t)d * k / 8;
-    if (d % 16 || nb < 16 || window16_bytes(k, L) > 4 * (size_t)k) {
+    if (!k512_ok(R)) {
         tcq_score_avx2(R, qp, qstride, nq, codes, n, scores);
         return;
     }
@@ -888,24 +893,19 @@ KVQ_TARGET_AVX512VNNI AI void lanes_m(const int m, int d, const uint32_t (*hv)[1
     }
 }
 
-KVQ_TARGET_AVX512VNNI static void score512_lanes(const tcq_records *R, const k512 *c, const float *qp,
-                                                 size_t qstride, size_t nq, const uint8_t *codes, size_t n,
-                                                 float *scores) {
+/* k512_ok(R), d % 32 == 0, nq >= TCQ_LANES_NQ */
+KVQ_TARGET_AVX512VNNI static void score512_lanes(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
+                                                 const uint8_t *codes, size_t n, float *scores) {
     const int d = R->d, k = R->tc->k, np = d / 2;
     const size_t nb = (size_t)d * k / 8;
+    const k512 cs = k512_make(k, R->tc->L, nb), *c = &cs;
     const uint8_t *lim = codes + n * R->stride;
     _Alignas(64) uint32_t hv[KVQ_DIM_MAX / 2][16];
     _Alignas(64) uint32_t qpair[TCQ_LANES_QC * (KVQ_DIM_MAX / 2)];
     _Alignas(16) uint8_t buf[16][TCQ_BYTES_MAX + 16];
     for (size_t q0 = 0; q0 < nq; q0 += TCQ_LANES_QC) {
         const size_t qc = nq - q0 < TCQ_LANES_QC ? nq - q0 : TCQ_LANES_QC;
-        for (size_t j = 0; j < qc; j++) { /* the pass's queries as 16-bit pairs */
-            const float *q4 = qp + (q0 + j) * qstride + d + 2;
-            for (int t = 0; t < d; t += 16) {
-                const __m512i x = _mm512_srai_epi32(_mm512_loadu_si512(q4 + t), 24);
-                _mm256_store_si256((__m256i *)(qpair + j * (size_t)np + t / 2), _mm512_cvtepi32_epi16(x));
-            }
-        }
+        query_pairs(d, qp + q0 * qstride, qstride, qc, qpair);
         for (size_t i0 = 0; i0 < n; i0 += 16) {
             const int rb = n - i0 < 16 ? (int)(n - i0) : 16;
             const uint8_t *b[16];
@@ -951,20 +951,11 @@ KVQ_TARGET_AVX512VNNI static void score512_vnni(const tcq_records *R, const floa
     score512_all(1, R, qp, qstride, nq, codes, n, scores);
 }
 
-/* records in the lanes: score512_all's conditions (its loads and its wrap) */
-KVQ_TARGET_AVX512VNNI static void score512_lanes_all(const tcq_records *R, const float *qp, size_t qstride, size_t nq,
-                                                     const uint8_t *codes, size_t n, float *scores) {
-    const int k = R->tc->k;
-    const k512 c = k512_make(k, R->tc->L, (size_t)R->d * k / 8);
-    score512_lanes(R, &c, qp, qstride, nq, codes, n, scores);
-}
-
 void tcq_score_avx512(const tcq_records *R, const float *qp, size_t qstride, size_t nq, const uint8_t *codes,
                       size_t n, float *scores) {
-    const int d = R->d, k = R->tc->k;
-    if (R->vnni && nq >= TCQ_LANES_NQ && d % 32 == 0 && (size_t)d * k / 8 >= 16 &&
-        window16_bytes(k, R->tc->L) <= 4 * (size_t)k) {
-        score512_lanes_all(R, qp, qstride, nq, codes, n, scores);
+    const int d = R->d;
+    if (R->vnni && nq >= TCQ_LANES_NQ && d % 32 == 0 && k512_ok(R)) {
+        score512_lanes(R, qp, qstride, nq, codes, n, scores);
         return;
     }
     /* no vpdpwssd: the AVX2 lanes kernel, from 32 queries (0.74-0.94x the 16-lane value dots at 8-16
